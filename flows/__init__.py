@@ -1,0 +1,1 @@
+"""Prefect flows: wiring of ``tasks`` into DAGs, nothing else."""

@@ -1,0 +1,22 @@
+"""Logistic regression as a torch module: p(y = 1 | x) = sigmoid(w^T x + b)."""
+
+import torch
+from torch import nn
+
+__all__ = ["LogisticRegression"]
+
+
+class LogisticRegression(nn.Module):
+    """A single ``nn.Linear`` layer returning logits (so Opacus can clip its per-sample gradients).
+
+    >>> model = LogisticRegression(3)
+    >>> model(torch.zeros(2, 3)).shape
+    torch.Size([2])
+    """
+
+    def __init__(self, n_features: int):
+        super().__init__()
+        self.linear = nn.Linear(n_features, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x).squeeze(-1)

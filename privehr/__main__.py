@@ -1,0 +1,5 @@
+import sys
+
+from privehr.cli import main
+
+sys.exit(main())

@@ -1,0 +1,162 @@
+"""``privehr``: the command line in front of every user-facing action.
+
+Every command takes ``--json`` for machine-readable output. Errors in the input print one message
+naming the problem and the fix (exit status 2), not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from privehr.errors import InputError
+
+__all__ = ["main"]
+
+
+def _emit(args, payload: dict, text: str) -> None:
+    print(json.dumps(payload, indent=2, default=str) if args.json else text)
+
+
+def _cmd_demo_data(args) -> int:
+    from tasks.demo_data import write_demo_mimic
+
+    if args.out.exists() and not args.force:
+        raise InputError(f"{args.out} exists; pass --force to overwrite it (raw inputs are never replaced silently).")
+    summary = write_demo_mimic(args.out, args.stays, args.seed, n_variables=args.variables,
+                               patients_columns=args.patients_columns, label_dtype=args.label_dtype,
+                               datetime_unit=args.datetime_unit, with_codes=args.codes)
+    _emit(args, summary, f"wrote {summary['path']}: {summary['stays']} stays, {summary['rows']} hourly rows, "
+                         f"{summary['variables']} variables ({summary['bytes'] / 1e6:.1f} MB)")
+    return 0
+
+
+def _cmd_inspect(args) -> int:
+    from tasks.mimic_extract import inspect_extract
+
+    s = inspect_extract(args.path, args.window_hours, args.gap_hours)
+    c = s["cohort"]
+    text = "\n".join([
+        f"{s['path']} ({s['bytes'] / 1e6:.1f} MB)",
+        f"  keys: {', '.join(s['keys'])}",
+        f"  stays: {s['stays']} ({s['subjects']} subjects), hourly rows: {s['hourly_rows']}",
+        f"  variables (LEVEL2): {s['variables']}, patients columns: {s['patients_columns']}",
+        f"  cohort ({c['rule']}): {c['stays']} stays; label rates "
+        + ", ".join(f"{k} {v:.3f}" for k, v in c["label_rates"].items()),
+        f"  excluded: {c['exclusions']}",
+        f"  missing fraction of first-{c['window_hours']} h means: {c['missing_fraction_first_hours_means']:.4f}"
+        if c.get("missing_fraction_first_hours_means") is not None else "  (empty cohort)",
+    ])
+    _emit(args, s, text)
+    return 0
+
+
+def _config_from(args):
+    from privehr.config import load_config
+
+    return load_config(args.config, **{
+        "data.hdf5_path": getattr(args, "data", None), "run_id": getattr(args, "run_id", None),
+        "artifacts_dir": getattr(args, "artifacts_dir", None), "device": getattr(args, "device", None),
+        "versioning.dvc": False if getattr(args, "no_dvc", False) else None})
+
+
+def _cmd_config(args) -> int:
+    from privehr.config import PipelineConfig
+
+    if args.schema:
+        print(json.dumps(PipelineConfig.model_json_schema(), indent=2))
+        return 0
+    config = _config_from(args)
+    print(config.model_dump_json(indent=2) if args.json else _yaml(config))
+    return 0
+
+
+def _yaml(config) -> str:
+    import yaml
+
+    return yaml.safe_dump(json.loads(config.model_dump_json()), sort_keys=False).rstrip()
+
+
+def _cmd_run(args) -> int:
+    from tasks.mimic_extract import check_extract
+
+    config = _config_from(args)
+    check_extract(config.data.hdf5_path)  # fail fast, before Prefect starts
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.pipeline import pipeline
+    from tasks.report import results_table
+
+    summary = pipeline(config)
+    versioning = summary.get("versioning", {})
+    text = "\n".join([
+        "", results_table(summary["results"]), "",
+        f"run {summary['run_id']}: artifacts in {summary['run_dir']}/",
+        f"  versioned with DVC: {versioning['dvc_file']}" if versioning.get("versioned")
+        else f"  not versioned with DVC ({versioning.get('reason', 'disabled')})",
+    ])
+    _emit(args, summary, text)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="privehr", description="privehr: learning from clinical data under "
+                                     "differential privacy, orchestrated by Prefect and versioned with DVC.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo-data", help="generate demo inputs in the real on-disk formats")
+    demo_sub = demo.add_subparsers(dest="kind", required=True)
+    mimic = demo_sub.add_parser("mimic", parents=[common], help="a simulated MIMIC-Extract all_hourly_data.h5")
+    mimic.add_argument("--out", type=Path, required=True, help="output .h5 path")
+    mimic.add_argument("--stays", type=int, default=2000, help="ICU stays (full size: 34472; default 2000)")
+    mimic.add_argument("--seed", type=int, default=0)
+    mimic.add_argument("--variables", type=int, default=None, help="keep the first N of the 104 LEVEL2 variables")
+    mimic.add_argument("--patients-columns", type=int, choices=(28, 29), default=28)
+    mimic.add_argument("--label-dtype", choices=("int64", "int32"), default="int64")
+    mimic.add_argument("--datetime-unit", choices=("ns", "us"), default="ns")
+    mimic.add_argument("--codes", action="store_true", help="also write the optional 'codes' key")
+    mimic.add_argument("--force", action="store_true", help="overwrite an existing file")
+    mimic.set_defaults(func=_cmd_demo_data)
+
+    inspect = sub.add_parser("inspect", parents=[common], help="summarise an all_hourly_data.h5")
+    inspect.add_argument("path", type=Path)
+    inspect.add_argument("--window-hours", type=int, default=24)
+    inspect.add_argument("--gap-hours", type=int, default=6)
+    inspect.set_defaults(func=_cmd_inspect)
+
+    def add_config_options(p):
+        p.add_argument("--config", type=Path, help="YAML or JSON file of PipelineConfig settings")
+        p.add_argument("--data", type=Path, help="MIMIC-Extract file (overrides data.hdf5_path)")
+        p.add_argument("--run-id", help="name of the run directory (default: timestamp + suffix)")
+        p.add_argument("--artifacts-dir", type=Path, help="where run directories go (default artifacts/)")
+        p.add_argument("--device", choices=("auto", "cpu", "cuda"))
+        p.add_argument("--no-dvc", action="store_true", help="do not version the run with DVC")
+
+    run = sub.add_parser("run", parents=[common], help="run privehr-pipeline locally (no server needed)")
+    add_config_options(run)
+    run.set_defaults(func=_cmd_run)
+
+    config = sub.add_parser("config", parents=[common], help="print the resolved configuration")
+    add_config_options(config)
+    config.add_argument("--schema", action="store_true", help="print the JSON schema instead")
+    config.set_defaults(func=_cmd_config)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as err:
+        if getattr(args, "json", False):
+            print(json.dumps({"error": str(err)}, indent=2))
+        print(f"privehr: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

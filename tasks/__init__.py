@@ -1,0 +1,1 @@
+"""Units of work: all file IO, Prefect tasks, and calls into ``models``."""

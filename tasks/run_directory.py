@@ -1,0 +1,52 @@
+"""Create ``artifacts/<run-id>/`` and record what the run was made from."""
+
+from __future__ import annotations
+
+import json
+import platform
+import secrets
+import subprocess
+from datetime import datetime, timezone
+from importlib.metadata import version
+from pathlib import Path
+
+from prefect import task
+
+from privehr.config import PipelineConfig
+from tasks.run_logging import run_logger
+
+__all__ = ["create_run_directory", "new_run_id", "INTERMEDIATE"]
+
+INTERMEDIATE = "intermediate"  # patient-level derived data: as sensitive as data/, never in git
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@task(name="create-run-directory")
+def create_run_directory(config: PipelineConfig) -> str:
+    """Make the run directory and write ``config.json`` and ``provenance.json``; return its path."""
+    run_id = config.run_id or new_run_id()
+    run_dir = Path(config.artifacts_dir) / run_id
+    run_dir.mkdir(parents=True, exist_ok=False)
+    (run_dir / INTERMEDIATE).mkdir()
+    (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
+    provenance = {
+        "run_id": run_id,
+        "created_utc": datetime.now(timezone.utc).isoformat(),
+        "git_commit": _git_commit(),
+        "python": platform.python_version(),
+        "packages": {p: version(p) for p in ("torch", "numpy", "pandas", "prefect", "dvc", "h5py")},
+    }
+    (run_dir / "provenance.json").write_text(json.dumps(provenance, indent=2))
+    run_logger().info("run %s: directory %s", run_id, run_dir)
+    return str(run_dir)

@@ -1,0 +1,46 @@
+"""Split: assign whole subjects to train/dev/test and save the manifest with the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from prefect import task
+
+from models.cohort import LABELS
+from models.patient_split import SPLITS, split_subjects
+from privehr.config import SplitConfig
+from privehr.errors import InputError
+from tasks.cohort import load_cohort
+from tasks.run_logging import run_logger
+
+__all__ = ["split_cohort", "load_manifest"]
+
+
+@task(name="split")
+def split_cohort(cohort_path: str, config: SplitConfig, run_dir: str) -> str:
+    """Write ``split_manifest.json`` (subject and stay ids per split, label rates); return its path."""
+    data = load_cohort(cohort_path)
+    stays = pd.DataFrame({c: data[c] for c in ["subject_id", "icustay_id", *LABELS]})
+    if stays["subject_id"].nunique() < 3:
+        raise InputError(f"the cohort has {stays['subject_id'].nunique()} subject(s); a train/dev/test split "
+                         "needs at least 3. Use a larger input file.")
+    split = split_subjects(stays, LABELS, (config.train, config.dev, config.test), config.seed)
+    manifest = {
+        "seed": config.seed, "fractions": [config.train, config.dev, config.test],
+        "unit": "subject_id", "stratified_by": LABELS,
+        "counts": {s: {"subjects": int(stays.loc[split == s, "subject_id"].nunique()),
+                       "stays": int((split == s).sum())} for s in SPLITS},
+        "label_rates": {s: {lab: float(stays.loc[split == s, lab].mean()) for lab in LABELS} for s in SPLITS},
+        "subjects": {s: sorted(stays.loc[split == s, "subject_id"].unique().tolist()) for s in SPLITS},
+        "icustay_ids": {s: stays.loc[split == s, "icustay_id"].tolist() for s in SPLITS},
+    }
+    out = Path(run_dir) / "split_manifest.json"
+    out.write_text(json.dumps(manifest, indent=1))
+    run_logger().info("split: %s", {s: manifest["counts"][s]["stays"] for s in SPLITS})
+    return str(out)
+
+
+def load_manifest(path: str) -> dict:
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,35 @@
+"""Shared fixtures. Prefect gets a throw-away home and result storage before it is imported."""
+
+import os
+import tempfile
+from pathlib import Path
+
+_PREFECT_TMP = Path(tempfile.mkdtemp(prefix="privehr-prefect-"))
+os.environ["PREFECT_HOME"] = str(_PREFECT_TMP / "home")
+os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(_PREFECT_TMP / "storage")
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ.pop("PREFECT_API_URL", None)
+
+import pytest  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+DEMO_EXTRACT = SHARED / "mimic_extract" / "demo" / "all_hourly_data.h5"
+
+
+@pytest.fixture(scope="session")
+def real_demo_extract() -> Path:
+    """The real MIMIC-Extract output built from the MIMIC-III demo (only beside a CI checkout)."""
+    if not DEMO_EXTRACT.exists():
+        pytest.skip(f"{DEMO_EXTRACT} not found: the real demo extract lives in ../shared (present in CI, "
+                    "absent from a plain clone)")
+    return DEMO_EXTRACT
+
+
+@pytest.fixture(scope="session")
+def small_extract(tmp_path_factory) -> Path:
+    """A simulated all_hourly_data.h5 of 300 stays in the exact MIMIC-Extract layout."""
+    from tasks.demo_data import write_demo_mimic
+
+    path = tmp_path_factory.mktemp("extract") / "all_hourly_data.h5"
+    write_demo_mimic(path, n_stays=300, seed=3)
+    return path

@@ -1,0 +1,46 @@
+"""privehr-pipeline end to end under Prefect's test harness (temporary database and storage)."""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+from prefect.testing.utilities import prefect_test_harness
+
+from flows.pipeline import pipeline
+from privehr.config import PipelineConfig
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefect_harness():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path, small_extract):
+    before = hashlib.sha256(small_extract.read_bytes()).hexdigest()
+    config = PipelineConfig.model_validate({
+        "data": {"hdf5_path": str(small_extract), "chunk_rows": 1024},
+        "artifacts_dir": str(tmp_path), "run_id": "flow-test", "versioning": {"dvc": False},
+        "logistic_regression": {"max_epochs": 8}, "device": "auto"})
+    summary = pipeline(config)
+    run_dir = Path(summary["run_dir"])
+    for name in ("config.json", "provenance.json", "ingest.json", "cohort.json", "split_manifest.json",
+                 "featurizer.json", "metrics.json", "results.md", "models/logistic_regression_mort_icu.pt",
+                 "models/logistic_regression_los_3.pt"):
+        assert (run_dir / name).exists(), name
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert [r["label"] for r in metrics["results"]] == ["mort_icu", "los_3"]
+    assert all(0 <= r["auroc"] <= 1 for r in metrics["results"])
+    assert json.loads((run_dir / "ingest.json").read_text())["sha256"] == before
+    assert hashlib.sha256(small_extract.read_bytes()).hexdigest() == before
+    assert PipelineConfig.model_validate_json((run_dir / "config.json").read_text()) == config
+    assert os.listdir(run_dir / "intermediate")  # patient-level data stays in the run, not in Prefect
+
+
+def test_invalid_parameters_are_refused_before_running():
+    from prefect.exceptions import ParameterTypeError
+
+    with pytest.raises(ParameterTypeError, match="sum to 1"):
+        pipeline(config={"split": {"train": 0.8, "dev": 0.1, "test": 0.2}})

@@ -1,0 +1,47 @@
+import json
+
+from privehr.cli import main
+
+
+def test_help_lists_every_command(capsys):
+    try:
+        main(["--help"])
+    except SystemExit as exit_:
+        assert exit_.code == 0
+    out = capsys.readouterr().out
+    for command in ("demo-data", "inspect", "run", "config"):
+        assert command in out
+
+
+def test_inspect_json_on_the_real_demo_extract(capsys, real_demo_extract):
+    assert main(["inspect", str(real_demo_extract), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["stays"] == 84 and summary["variables"] == 93
+
+
+def test_demo_data_then_inspect(tmp_path, capsys):
+    out = tmp_path / "x.h5"
+    assert main(["demo-data", "mimic", "--out", str(out), "--stays", "40", "--seed", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stays"] == 40
+    assert main(["demo-data", "mimic", "--out", str(out), "--stays", "40"]) == 2  # never overwrite silently
+    assert "--force" in capsys.readouterr().err
+    assert main(["inspect", str(out)]) == 0
+    assert "stays: 40" in capsys.readouterr().out
+
+
+def test_errors_are_one_clear_message(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "missing.h5"), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert "privehr demo-data mimic" in json.loads(captured.out)["error"]
+    assert "Traceback" not in captured.err
+
+
+def test_config_json_applies_overrides(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("split: {seed: 9}\nlabels: [mort_icu]\n")
+    assert main(["config", "--config", str(cfg), "--data", "x.h5", "--json"]) == 0
+    resolved = json.loads(capsys.readouterr().out)
+    assert resolved["split"]["seed"] == 9 and resolved["labels"] == ["mort_icu"]
+    assert resolved["data"]["hdf5_path"] == "x.h5"
+    cfg.write_text("split: {train: 2}\n")
+    assert main(["config", "--config", str(cfg)]) == 2
