@@ -1,6 +1,7 @@
 """Benchmark: build the 24 h cohort window with the streaming loader and with pandas.read_hdf.
 
-Each loader runs in its own subprocess so that its peak RSS (ru_maxrss) is its own. Both windows
+Each loader runs in its own subprocess and reports its own peak RSS (VmHWM; ru_maxrss would
+inherit the parent's peak across fork on Linux). Both windows
 are checked equal. Prints JSON and writes it to bench/results/cohort_loader.json.
 
     python bench/cohort_loader.py [--path FILE] [--stays 34472] [--seed 0]
@@ -23,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
-import hashlib, json, resource, sys, time
+import hashlib, json, sys, time
 import numpy as np
 from models.cohort import select_cohort
 from tasks.mimic_extract import read_patients, read_window, read_window_pandas
@@ -36,7 +37,8 @@ h = hashlib.sha256()
 for a in (w.icustay_ids, np.nan_to_num(w.mean, nan=-1e300), w.count):
     h.update(np.ascontiguousarray(a).tobytes())
 h.update("|".join(w.variables).encode())
-print(json.dumps({"wall_s": wall, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]  # this process's own peak
+print(json.dumps({"wall_s": wall, "peak_rss_mb": int(hwm) / 1024,
                   "stays": int(ids.size), "window_sha256": h.hexdigest(), "missing_rows": int(w.missing_rows)}))
 """
 
