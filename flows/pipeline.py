@@ -1,42 +1,49 @@
-"""privehr-pipeline: ingest -> cohort -> split -> features -> train -> evaluate -> report -> version.
+"""privehr-pipeline: ingest -> cohort -> split -> features -> search[cell] -> fit[cell, seed] -> report -> version.
 
 The flow only wires tasks; each task reads and writes files in ``artifacts/<run-id>/`` and passes
-paths on, so no patient-level value enters Prefect's database or result storage.
+paths on, so no patient-level value enters Prefect's database or result storage. Training fans out:
+one search task run per grid cell (label x model x method x loss x epsilon) and one fit task run per
+cell and seed. On a CUDA device those runs carry the ``gpu`` tag, which a concurrency limit caps
+(``prefect concurrency-limit create gpu 1``).
 """
 
 from __future__ import annotations
 
-from prefect import flow
+from prefect import flow, unmapped
+from prefect.task_runners import ThreadPoolTaskRunner
 
+from models.device import resolve_device
 from privehr.config import PipelineConfig
 from tasks.cohort import build_cohort
-from tasks.evaluate import evaluate_logistic_regression
 from tasks.features import build_features
 from tasks.ingest import ingest_extract
 from tasks.report import write_report
 from tasks.run_directory import create_run_directory
 from tasks.split import split_cohort
-from tasks.train import train_logistic_regression
+from tasks.train import CONCURRENT_FITS, fit_and_evaluate, search_hyperparameters
 from tasks.versioning import version_run
 
 __all__ = ["pipeline"]
 
 
-@flow(name="privehr-pipeline", log_prints=False)
+@flow(name="privehr-pipeline", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=CONCURRENT_FITS))
 def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
-    """Train and evaluate the models of ``config`` on a MIMIC-Extract file; return the run summary."""
-    data = config.data
+    """Train and evaluate the grid of ``config`` on a MIMIC-Extract file; return the run summary."""
+    data, training = config.data, config.training
     window = dict(window_hours=data.window_hours, gap_hours=data.gap_hours, chunk_rows=data.chunk_rows)
     run_dir = create_run_directory(config)
     ingest_extract(str(data.hdf5_path), run_dir, **window)
     cohort = build_cohort(str(data.hdf5_path), run_dir, **window)
     manifest = split_cohort(cohort, config.split, run_dir)
     features = build_features(cohort, manifest, run_dir)
-    models = {label: train_logistic_regression.submit(features, label, config.logistic_regression, run_dir,
-                                                      config.device)
-              for label in config.labels}
-    metrics = [evaluate_logistic_regression.submit(features, models[label], label) for label in config.labels]
-    summary = write_report(run_dir, [m.result() for m in metrics])
+
+    tags = ["gpu"] if resolve_device(config.device).type == "cuda" else []
+    search, fit = search_hyperparameters.with_options(tags=tags), fit_and_evaluate.with_options(tags=tags)
+    cells = training.cells(config.labels)
+    chosen = search.map(unmapped(features), cells, unmapped(training), unmapped(run_dir), unmapped(config.device))
+    runs = [fit.submit(features, cell, chosen[i], seed, training, run_dir, config.device)
+            for i, cell in enumerate(cells) for seed in range(training.seeds)]
+    summary = write_report(run_dir, [r.result() for r in runs], training.dp_sgd.delta)
     if config.versioning.dvc:
         summary["versioning"] = version_run(run_dir, config.versioning.push)
     return summary

@@ -1,8 +1,9 @@
-"""Non-private minibatch training of a binary classifier with early stopping on dev AUROC.
+"""Non-private minibatch training of a binary classifier.
 
-Minimises the mean binary cross-entropy  L(theta) = -1/B sum_i [y_i log p_i + (1 - y_i) log(1 - p_i)]
-with Adam and decoupled weight decay (AdamW), keeps the parameters of the epoch with the best dev
-AUROC, and stops after ``patience`` epochs without improvement.
+Minimises the mean loss (BCE or l2, :mod:`models.losses`) with AdamW (decoupled weight decay).
+With dev data it keeps the parameters of the epoch with the best dev AUROC and stops after
+``patience`` epochs without improvement; without dev data it trains for exactly ``max_epochs``
+(the final fit on train+dev, with the epoch count chosen on dev).
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from models.losses import binary_loss
 from models.metrics import binary_metrics
 
-__all__ = ["TrainingHyperparameters", "TrainingResult", "fit_binary_classifier", "predict_proba"]
+__all__ = ["TrainingHyperparameters", "TrainingResult", "fit_binary_classifier", "predict_proba", "Inputs"]
+
+Inputs = tuple[torch.Tensor, ...]  # the model's positional inputs, each with the batch first
 
 
 @dataclass(frozen=True)
@@ -36,43 +40,56 @@ class TrainingResult:
     history: list[dict] = field(default_factory=list)
 
 
+def _as_inputs(x) -> Inputs:
+    return x if isinstance(x, tuple) else (x,)
+
+
 @torch.no_grad()
-def predict_proba(model: nn.Module, x: torch.Tensor, batch_size: int = 4096) -> np.ndarray:
+def predict_proba(model: nn.Module, x, batch_size: int = 4096) -> np.ndarray:
+    """sigma(model(x)) for inputs ``x`` (a tensor or a tuple of tensors), in batches."""
+    x = _as_inputs(x)
     model.eval()
-    out = [torch.sigmoid(model(x[i:i + batch_size])) for i in range(0, len(x), batch_size)]
+    out = [torch.sigmoid(model(*(t[i:i + batch_size] for t in x))) for i in range(0, len(x[0]), batch_size)]
     return torch.cat(out).cpu().numpy() if out else np.empty(0)
 
 
-def fit_binary_classifier(model: nn.Module, x_train: torch.Tensor, y_train: torch.Tensor,
-                          x_dev: torch.Tensor, y_dev: torch.Tensor,
-                          hp: TrainingHyperparameters) -> TrainingResult:
-    """Train ``model`` (returning logits) in place; on return it holds the best-dev-AUROC parameters."""
+def fit_binary_classifier(model: nn.Module, x_train, y_train: torch.Tensor, x_dev=None,
+                          y_dev: torch.Tensor | None = None, hp: TrainingHyperparameters = TrainingHyperparameters(),
+                          loss: str = "bce") -> TrainingResult:
+    """Train ``model`` (returning logits) in place; with dev data it ends holding the best-dev parameters."""
+    x_train = _as_inputs(x_train)
     generator = torch.Generator().manual_seed(hp.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
-    loss_fn = nn.BCEWithLogitsLoss()
-    best = (-np.inf, 0, {k: v.detach().clone() for k, v in model.state_dict().items()})
+    loss_fn = binary_loss(loss)
+    best = (-np.inf, 0, None)
     history, stale = [], 0
-    y_dev_np = y_dev.cpu().numpy()
+    n = len(x_train[0])
     for epoch in range(1, hp.max_epochs + 1):
         model.train()
-        order = torch.randperm(len(x_train), generator=generator).to(x_train.device)
+        order = torch.randperm(n, generator=generator).to(x_train[0].device)
         total = 0.0
-        for start in range(0, len(order), hp.batch_size):
+        for start in range(0, n, hp.batch_size):
             idx = order[start:start + hp.batch_size]
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x_train[idx]), y_train[idx])
-            loss.backward()
+            batch_loss = loss_fn(model(*(t[idx] for t in x_train)), y_train[idx])
+            batch_loss.backward()
             optimizer.step()
-            total += float(loss.detach()) * len(idx)
-        dev = binary_metrics(y_dev_np, predict_proba(model, x_dev))
-        dev_auroc = dev["auroc"] if np.isfinite(dev["auroc"]) else -total  # no dev positives: use loss
-        history.append({"epoch": epoch, "train_loss": total / len(order), "dev_auroc": dev["auroc"]})
-        if dev_auroc > best[0]:
-            best, stale = (dev_auroc, epoch, {k: v.detach().clone() for k, v in model.state_dict().items()}), 0
-        else:
-            stale += 1
-            if stale >= hp.patience:
-                break
-    model.load_state_dict(best[2])
+            total += float(batch_loss.detach()) * len(idx)
+        record = {"epoch": epoch, "train_loss": total / n}
+        if x_dev is not None:
+            dev = binary_metrics(y_dev.cpu().numpy(), predict_proba(model, x_dev))
+            record["dev_auroc"] = dev["auroc"]
+            score = dev["auroc"] if np.isfinite(dev["auroc"]) else -record["train_loss"]
+            if score > best[0]:
+                best, stale = (score, epoch, {k: v.detach().clone() for k, v in model.state_dict().items()}), 0
+            else:
+                stale += 1
+        history.append(record)
+        if x_dev is not None and stale >= hp.patience:
+            break
+    if best[2] is not None:
+        model.load_state_dict(best[2])
+    else:
+        best = (float("nan"), len(history), None)
     return TrainingResult(best_epoch=best[1], best_dev_auroc=float(best[0]), epochs_run=len(history),
                           history=history)

@@ -57,7 +57,7 @@ def _cmd_inspect(args) -> int:
 def _config_from(args):
     from privehr.config import load_config
 
-    return load_config(args.config, **{
+    return load_config(args.config, getattr(args, "profile", "demo"), **{
         "data.hdf5_path": getattr(args, "data", None), "run_id": getattr(args, "run_id", None),
         "artifacts_dir": getattr(args, "artifacts_dir", None), "device": getattr(args, "device", None),
         "versioning.dvc": False if getattr(args, "no_dvc", False) else None})
@@ -92,7 +92,7 @@ def _cmd_run(args) -> int:
     summary = pipeline(config)
     versioning = summary.get("versioning", {})
     text = "\n".join([
-        "", results_table(summary["results"]), "",
+        "", results_table(summary["results"]), "", summary["privacy_note"], f"figure: {summary['figure']}",
         f"run {summary['run_id']}: artifacts in {summary['run_dir']}/",
         f"  versioned with DVC: {versioning['dvc_file']}" if versioning.get("versioned")
         else f"  not versioned with DVC ({versioning.get('reason', 'disabled')})",
@@ -129,7 +129,9 @@ def _parser() -> argparse.ArgumentParser:
     inspect.set_defaults(func=_cmd_inspect)
 
     def add_config_options(p):
-        p.add_argument("--config", type=Path, help="YAML or JSON file of PipelineConfig settings")
+        p.add_argument("--profile", choices=("demo", "full"), default="demo",
+                       help="preset grid: demo (3 seeds, 4 epsilons) or full (seed 000: 10 seeds, 11 epsilons)")
+        p.add_argument("--config", type=Path, help="YAML or JSON file of PipelineConfig settings (over the profile)")
         p.add_argument("--data", type=Path, help="MIMIC-Extract file (overrides data.hdf5_path)")
         p.add_argument("--run-id", help="name of the run directory (default: timestamp + suffix)")
         p.add_argument("--artifacts-dir", type=Path, help="where run directories go (default artifacts/)")

@@ -15,10 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privehr.errors import InputError
 
-__all__ = ["DataConfig", "SplitConfig", "LogisticRegressionConfig", "VersioningConfig",
-           "PipelineConfig", "load_config"]
+__all__ = ["DataConfig", "SplitConfig", "NonPrivateConfig", "DPSGDConfig", "GRUDConfig", "TrainingConfig",
+           "Cell", "VersioningConfig", "PipelineConfig", "PROFILES", "load_config"]
 
 Label = Literal["mort_icu", "los_3"]
+Model = Literal["logistic_regression", "grud"]
+Method = Literal["non_private", "dp_sgd"]
+Loss = Literal["bce", "l2"]
 
 
 class _Strict(BaseModel):
@@ -50,15 +53,80 @@ class SplitConfig(_Strict):
         return self
 
 
-class LogisticRegressionConfig(_Strict):
-    """Non-private logistic regression trained with AdamW and early stopping on dev AUROC."""
+class NonPrivateConfig(_Strict):
+    """Non-private training: AdamW, early stopping on dev AUROC during the search."""
 
     learning_rate: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(1e-2, ge=0)
+    weight_decay: float = Field(1e-2, ge=0, description="decoupled (AdamW)")
     batch_size: int = Field(128, ge=1)
-    max_epochs: int = Field(50, ge=1)
-    patience: int = Field(8, ge=1)
-    seed: int = 0
+    max_epochs: int = Field(40, ge=1)
+    patience: int = Field(6, ge=1)
+
+
+class DPSGDConfig(_Strict):
+    """DP-SGD with Opacus: Poisson sampling, flat clipping, sigma calibrated to each target epsilon."""
+
+    epsilons: list[float] = Field(default_factory=lambda: [0.1, 1.0, 3.5, 10.0], min_length=1,
+                                  description="target epsilons (PRV and RDP both stay below each)")
+    delta: float = Field(1e-5, gt=0, lt=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    epochs: int = Field(10, ge=1)
+    batch_size: int = Field(128, ge=1, description="expected batch size q * n")
+    learning_rate: float = Field(1e-2, gt=0)
+    weight_decay: float = Field(0.0, ge=0, description="decoupled (AdamW): post-processing, no privacy cost")
+
+    @model_validator(mode="after")
+    def _positive(self):
+        if any(e <= 0 for e in self.epsilons):
+            raise ValueError("every target epsilon must be positive")
+        return self
+
+
+class GRUDConfig(_Strict):
+    hidden_size: int = Field(32, ge=1)
+    batch_norm: bool = Field(False, description="non-private GRU-D only: batch norm mixes samples, so DP "
+                                                "runs never use it")
+
+
+class Cell(_Strict):
+    """One cell of the training grid; its runs differ only in the seed."""
+
+    label: Label
+    model: Model
+    method: Method
+    loss: Loss
+    target_epsilon: float | None = None
+
+    @property
+    def cell_id(self) -> str:
+        eps = "inf" if self.target_epsilon is None else f"{self.target_epsilon:g}"
+        return f"{self.label}-{self.model}-{self.method}-{self.loss}-eps{eps}"
+
+
+class TrainingConfig(_Strict):
+    """The grid: label x model x method x loss x epsilon, each cell searched once and fitted per seed."""
+
+    models: list[Model] = Field(default_factory=lambda: ["logistic_regression", "grud"], min_length=1)
+    methods: list[Method] = Field(default_factory=lambda: ["non_private", "dp_sgd"], min_length=1)
+    losses: list[Loss] = Field(default_factory=lambda: ["bce"], min_length=1,
+                               description="bce, and/or l2 (squared error on the sigmoid, as ExpM+NF)")
+    seeds: int = Field(3, ge=1, description="final fits per cell; results are medians over seeds")
+    search_budget: int = Field(1, ge=1, description="random configurations tried on train/dev (1 = defaults)")
+    search_seed: int = 0
+    non_private: NonPrivateConfig = NonPrivateConfig()
+    dp_sgd: DPSGDConfig = DPSGDConfig()
+    grud: GRUDConfig = GRUDConfig()
+
+    def cells(self, labels: list[str]) -> list[Cell]:
+        out = []
+        for label in labels:
+            for model in self.models:
+                for method in self.methods:
+                    for loss in self.losses:
+                        epsilons = self.dp_sgd.epsilons if method == "dp_sgd" else [None]
+                        out += [Cell(label=label, model=model, method=method, loss=loss, target_epsilon=e)
+                                for e in epsilons]
+        return out
 
 
 class VersioningConfig(_Strict):
@@ -74,7 +142,7 @@ class PipelineConfig(_Strict):
     data: DataConfig = DataConfig()
     split: SplitConfig = SplitConfig()
     labels: list[Label] = Field(default_factory=lambda: ["mort_icu", "los_3"], min_length=1)
-    logistic_regression: LogisticRegressionConfig = LogisticRegressionConfig()
+    training: TrainingConfig = TrainingConfig()
     versioning: VersioningConfig = VersioningConfig()
     artifacts_dir: Path = Field(Path("artifacts"), description="runs go to <artifacts_dir>/<run-id>/")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$",
@@ -82,11 +150,28 @@ class PipelineConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
 
-def load_config(path: str | Path | None = None, **overrides) -> PipelineConfig:
-    """A ``PipelineConfig`` from a YAML/JSON file (optional) with dotted overrides applied.
+PROFILES: dict[str, dict] = {
+    "demo": {},
+    # seed 000's grid: epsilon 1e-4 ... 10, both losses, 10 seeds, a real search
+    "full": {"training": {"seeds": 10, "search_budget": 10, "losses": ["bce", "l2"],
+                          "dp_sgd": {"epsilons": [1e-4, 1e-3, 1e-2, 0.1, 0.5, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0]}}},
+}
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load_config(path: str | Path | None = None, profile: str = "demo", **overrides) -> PipelineConfig:
+    """A ``PipelineConfig``: a profile, then a YAML/JSON file (optional), then dotted overrides.
 
     ``overrides`` maps dotted keys to values, e.g. ``{"data.hdf5_path": "x.h5"}``.
     """
+    if profile not in PROFILES:
+        raise InputError(f"unknown profile {profile!r}; choose one of {sorted(PROFILES)}")
     raw: dict = {}
     if path is not None:
         path = Path(path)
@@ -96,6 +181,7 @@ def load_config(path: str | Path | None = None, **overrides) -> PipelineConfig:
         raw = (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
         if not isinstance(raw, dict):
             raise InputError(f"config file {path} must hold a mapping of settings")
+    raw = _merge(PROFILES[profile], raw)
     for dotted, value in overrides.items():
         if value is None:
             continue

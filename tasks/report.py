@@ -1,26 +1,39 @@
-"""Report: the run's metrics as ``metrics.json``, a Markdown results table, and Prefect artifacts."""
+"""Report: the grid's results as files (CSV, Markdown, PNG, JSON) and as Prefect artifacts."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.context import get_run_context
 from prefect.exceptions import MissingContextError
 
+from models.result_summary import summarise_runs
+from tasks.figures import plot_auroc_vs_epsilon
+
 __all__ = ["write_report", "results_table"]
 
-COLUMNS = ["label", "model", "method", "auroc", "auprc", "n", "positives"]
+COLUMNS = ["label", "model", "method", "loss", "target_epsilon", "auroc_median", "auprc_median", "seeds",
+           "epsilon_prv", "epsilon_rdp"]
+PRIVACY_NOTE = ("epsilon: PRV (claimed) and RDP (upper bound) for the DP-SGD training steps at delta = {delta}; "
+                "both are below the target. Not covered by any guarantee: feature statistics fitted on the "
+                "training split and hyperparameters tuned on dev. Non-private rows have no guarantee (inf).")
 
 
-def results_table(metrics: list[dict]) -> str:
-    """Markdown table of test metrics, one row per (label, model, method)."""
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return "inf" if np.isinf(value) else ("" if np.isnan(value) else f"{value:.3g}")
+    return "" if value is None else str(value)
+
+
+def results_table(rows: list[dict]) -> str:
+    """Markdown table of the summary rows."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for m in metrics:
-        cells = [f"{m[c]:.3f}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in COLUMNS]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["| " + " | ".join(_cell(r.get(c)) for c in COLUMNS) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -33,25 +46,33 @@ def _in_prefect_run() -> bool:
 
 
 @task(name="report")
-def write_report(run_dir: str, metrics: list[dict]) -> dict:
-    """Write ``metrics.json`` and ``results.md``; publish them as Prefect artifacts inside a run."""
+def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
+    """Write results_runs.csv, results.csv, results.md, auroc_vs_epsilon.png and metrics.json."""
     run_dir = Path(run_dir)
+    frame = pd.DataFrame(runs)
+    frame.to_csv(run_dir / "results_runs.csv", index=False)
+    summary = summarise_runs(frame)
+    summary.to_csv(run_dir / "results.csv", index=False)
+    figure = plot_auroc_vs_epsilon(summary, run_dir / "auroc_vs_epsilon.png")
+    rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
+            for r in summary.to_dict("records")]
     cohort = json.loads((run_dir / "cohort.json").read_text())
     split = json.loads((run_dir / "split_manifest.json").read_text())["counts"]
-    summary = {"run_id": run_dir.name, "run_dir": str(run_dir), "results": metrics,
-               "cohort": {"stays": cohort["stays"], "label_rates": cohort["label_rates"],
-                          "exclusions": cohort["exclusions"]},
-               "split": split}
-    (run_dir / "metrics.json").write_text(json.dumps(summary, indent=2))
-    table = results_table(metrics)
-    markdown = (f"# privehr run {run_dir.name}\n\nTest-split metrics (non-private baselines).\n\n{table}\n\n"
-                f"Cohort: {cohort['stays']} stays; exclusions {cohort['exclusions']}. "
-                f"Split (stays): train {split['train']['stays']}, dev {split['dev']['stays']}, "
-                f"test {split['test']['stays']}.\n\nArtifacts: `{run_dir}`\n")
+    note = PRIVACY_NOTE.format(delta=delta)
+    table = results_table(rows)
+    markdown = (f"# privehr run {run_dir.name}\n\nMedian test metrics over seeds.\n\n{table}\n\n{note}\n\n"
+                f"![AUROC vs epsilon]({figure.name})\n\nCohort: {cohort['stays']} stays; exclusions "
+                f"{cohort['exclusions']}. Split (stays): train {split['train']['stays']}, dev "
+                f"{split['dev']['stays']}, test {split['test']['stays']}.\n\nArtifacts: `{run_dir}`\n")
     (run_dir / "results.md").write_text(markdown)
+    result = {"run_id": run_dir.name, "run_dir": str(run_dir), "results": rows, "runs": len(runs),
+              "figure": str(figure), "privacy_note": note,
+              "cohort": {k: cohort[k] for k in ("stays", "label_rates", "exclusions")}, "split": split}
+    (run_dir / "metrics.json").write_text(json.dumps(result, indent=2, default=float))
     if _in_prefect_run():
-        key = "privehr-results"
-        create_table_artifact([{c: m.get(c) for c in COLUMNS} for m in metrics], key=key,
-                              description=f"Test metrics of run {run_dir.name}")
-        create_markdown_artifact(markdown, key="privehr-run-summary", description=f"Run {run_dir.name}")
-    return summary
+        create_table_artifact([{c: _cell(r.get(c)) for c in COLUMNS} for r in rows], key="privehr-results",
+                              description=f"Median test metrics of run {run_dir.name}. {note}")
+        create_markdown_artifact(markdown.replace(f"![AUROC vs epsilon]({figure.name})",
+                                                  f"Figure: `{figure}`"),
+                                 key="privehr-run-summary", description=f"Run {run_dir.name}")
+    return result

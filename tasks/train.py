@@ -1,51 +1,133 @@
-"""Train: fit a model on the training split with early stopping on dev; save it in the run."""
+"""Training-grid tasks: a hyperparameter search per cell, then one fit-and-evaluate per cell and seed.
+
+Search: configurations are trained on train and scored by dev AUROC (non-private runs early-stop on
+dev and record the best epoch). Final fits: the chosen configuration on train+dev, evaluated once on
+test (seed 000, Appendix D). Every task writes its files into the run directory and returns only
+aggregate numbers.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import numpy as np
 import torch
 from prefect import task
 
+from models.classifiers import build_classifier, classifier_inputs
 from models.device import resolve_device
-from models.logistic_regression import LogisticRegression
-from models.training import TrainingHyperparameters, fit_binary_classifier
-from privehr.config import LogisticRegressionConfig
-from tasks.features import linear_inputs
+from models.dp_sgd import DPSGDHyperparameters, train_dp_sgd
+from models.hyperparameter_search import SEARCH_SPACES, sample_configurations
+from models.metrics import binary_metrics
+from models.training import TrainingHyperparameters, fit_binary_classifier, predict_proba
+from privehr.config import Cell, TrainingConfig
+from tasks.features import load_split
 from tasks.run_logging import run_logger
 
-__all__ = ["train_logistic_regression", "load_logistic_regression"]
+__all__ = ["search_hyperparameters", "fit_and_evaluate", "default_hyperparameters", "CONCURRENT_FITS"]
 
 
-@task(name="train-logistic-regression")
-def train_logistic_regression(features_dir: str, label: str, config: LogisticRegressionConfig,
-                              run_dir: str, device: str = "auto") -> str:
-    """Non-private LR for ``label``; writes ``models/logistic_regression_<label>.pt`` and its training log."""
+def default_hyperparameters(cell: Cell, training: TrainingConfig) -> dict:
+    if cell.method == "non_private":
+        np_cfg = training.non_private
+        hp = {"learning_rate": np_cfg.learning_rate, "weight_decay": np_cfg.weight_decay,
+              "batch_size": np_cfg.batch_size, "epochs": np_cfg.max_epochs}
+    else:
+        dp = training.dp_sgd
+        hp = {"learning_rate": dp.learning_rate, "weight_decay": dp.weight_decay, "batch_size": dp.batch_size,
+              "epochs": dp.epochs, "max_grad_norm": dp.max_grad_norm}
+    if cell.model == "grud":
+        hp["hidden_size"] = training.grud.hidden_size
+    return hp
+
+
+CONCURRENT_FITS = 2  # task runs the pipeline trains at once (its ThreadPoolTaskRunner's workers)
+
+
+def _threads() -> None:
+    """Share the cores between the concurrent task runs instead of oversubscribing them."""
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // CONCURRENT_FITS))
+
+
+def _data(features_dir: str, splits: list[str], cell: Cell, device) -> tuple[tuple, torch.Tensor, int, int]:
+    parts = [load_split(features_dir, s) for s in splits]
+    values, mask, delta = (np.concatenate([p[k] for p in parts]) for k in ("values", "mask", "delta"))
+    column = list(parts[0]["label_names"]).index(cell.label)
+    y = torch.as_tensor(np.concatenate([p["labels"][:, column] for p in parts]).astype(np.float32), device=device)
+    return classifier_inputs(cell.model, values, mask, delta, device), y, values.shape[2], values.shape[1]
+
+
+def _train(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int, dev_data=None):
+    """Train one model; return (model, info) where info holds epochs and, for DP-SGD, the privacy spent."""
+    inputs, y, n_vars, n_hours = data
+    torch.manual_seed(seed)
+    model = build_classifier(cell.model, n_vars, n_hours, hidden_size=hp.get("hidden_size", 32),
+                             batch_norm=training.grud.batch_norm and cell.method == "non_private").to(y.device)
+    if cell.method == "non_private":
+        params = TrainingHyperparameters(learning_rate=hp["learning_rate"], weight_decay=hp["weight_decay"],
+                                         batch_size=hp["batch_size"], max_epochs=hp["epochs"],
+                                         patience=training.non_private.patience, seed=seed)
+        result = fit_binary_classifier(model, inputs, y, *(dev_data or (None, None)), params, cell.loss)
+        return model, {"epochs": result.best_epoch if dev_data else result.epochs_run,
+                       "dev_auroc": result.best_dev_auroc}
+    params = DPSGDHyperparameters(learning_rate=hp["learning_rate"], weight_decay=hp["weight_decay"],
+                                  batch_size=hp["batch_size"], epochs=hp["epochs"],
+                                  max_grad_norm=hp["max_grad_norm"], seed=seed)
+    model, result = train_dp_sgd(model, inputs, y, params, cell.target_epsilon, training.dp_sgd.delta, cell.loss)
+    info = {"epochs": hp["epochs"], **result.privacy.as_dict()}
+    if dev_data:
+        info["dev_auroc"] = binary_metrics(dev_data[1].cpu().numpy(), predict_proba(model, dev_data[0]))["auroc"]
+    return model, info
+
+
+@task(name="search-hyperparameters")
+def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConfig, run_dir: str,
+                           device: str = "auto") -> dict:
+    """Try ``training.search_budget`` configurations on train/dev; write ``search/<cell>.json``; return the best."""
+    _threads()
     dev = resolve_device(device)
-    x_tr, y_tr = linear_inputs(features_dir, "train", label)
-    x_dev, y_dev = linear_inputs(features_dir, "dev", label)
-    torch.manual_seed(config.seed)
-    model = LogisticRegression(x_tr.shape[1]).to(dev)
-    hp = TrainingHyperparameters(**config.model_dump())
-    result = fit_binary_classifier(model, torch.as_tensor(x_tr, device=dev), torch.as_tensor(y_tr, device=dev),
-                                   torch.as_tensor(x_dev, device=dev), torch.as_tensor(y_dev, device=dev), hp)
+    defaults = default_hyperparameters(cell, training)
+    trials = []
+    if training.search_budget == 1 and cell.method == "dp_sgd":
+        chosen = defaults  # nothing to choose: DP-SGD trains for a fixed, accounted number of epochs
+    else:
+        space = {k: v for k, v in SEARCH_SPACES[(cell.model, cell.method)].items() if k in defaults}
+        configs = sample_configurations(defaults, space, training.search_budget, training.search_seed)
+        train = _data(features_dir, ["train"], cell, dev)
+        dev_inputs, dev_y, *_ = _data(features_dir, ["dev"], cell, dev)
+        for hp in configs:
+            _, info = _train(cell, hp, training, train, training.search_seed, (dev_inputs, dev_y))
+            trials.append({"hyperparameters": hp, "dev_auroc": info["dev_auroc"], "epochs": info["epochs"]})
+        scores = [t["dev_auroc"] if np.isfinite(t["dev_auroc"]) else -np.inf for t in trials]
+        best = trials[int(np.argmax(scores))]
+        chosen = dict(best["hyperparameters"], epochs=max(1, int(best["epochs"])))
+    out = Path(run_dir) / "search" / f"{cell.cell_id}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"cell": cell.model_dump(), "budget": training.search_budget, "trials": trials,
+                               "chosen": chosen, "note": "tuned on private dev data; not accounted"}, indent=1))
+    run_logger().info("search %s: %d configuration(s) trained, chose %s", cell.cell_id, len(trials), chosen)
+    return chosen
+
+
+@task(name="fit-and-evaluate")
+def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed: int, training: TrainingConfig,
+                     run_dir: str, device: str = "auto") -> dict:
+    """Fit on train+dev with the chosen hyperparameters and ``seed``; return test metrics (aggregates only)."""
+    _threads()
+    dev = resolve_device(device)
+    model, info = _train(cell, hyperparameters, training, _data(features_dir, ["train", "dev"], cell, dev), seed)
+    test_inputs, test_y, *_ = _data(features_dir, ["test"], cell, dev)
+    metrics = binary_metrics(test_y.cpu().numpy(), predict_proba(model, test_inputs))
     out_dir = Path(run_dir) / "models"
     out_dir.mkdir(exist_ok=True)
-    path = out_dir / f"logistic_regression_{label}.pt"
-    torch.save({"model": "logistic_regression", "label": label, "n_features": x_tr.shape[1],
-                "state_dict": {k: v.cpu() for k, v in model.state_dict().items()},
-                "hyperparameters": config.model_dump(), "privacy": "none (non-private baseline)"}, path)
-    (out_dir / f"logistic_regression_{label}.log.json").write_text(json.dumps(
-        {"best_epoch": result.best_epoch, "best_dev_auroc": result.best_dev_auroc,
-         "epochs_run": result.epochs_run, "device": str(dev), "history": result.history}, indent=1))
-    run_logger().info("train LR %s: %d epochs on %s, best dev AUROC %.3f at epoch %d", label,
-                      result.epochs_run, dev, result.best_dev_auroc, result.best_epoch)
-    return str(path)
-
-
-def load_logistic_regression(path: str) -> LogisticRegression:
-    saved = torch.load(path, map_location="cpu", weights_only=True)
-    model = LogisticRegression(saved["n_features"])
-    model.load_state_dict(saved["state_dict"])
-    return model
+    torch.save({"cell": cell.model_dump(), "seed": seed, "hyperparameters": hyperparameters,
+                "state_dict": {k: v.cpu() for k, v in model.state_dict().items()}, "training": info},
+               out_dir / f"{cell.cell_id}-seed{seed}.pt")
+    row = {**cell.model_dump(), "seed": seed, "device": str(dev), **metrics,
+           **{k: info.get(k) for k in ("epochs", "epsilon_prv", "epsilon_rdp", "noise_multiplier", "sample_rate",
+                                        "steps", "delta", "accountant")}}
+    run_logger().info("fit %s seed %d: test AUROC %.3f%s", cell.cell_id, seed, metrics["auroc"],
+                      f", epsilon {info['epsilon']:.3g} ({info['accountant']})" if "epsilon" in info else "")
+    return row

@@ -23,16 +23,24 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
     config = PipelineConfig.model_validate({
         "data": {"hdf5_path": str(small_extract), "chunk_rows": 1024},
         "artifacts_dir": str(tmp_path), "run_id": "flow-test", "versioning": {"dvc": False},
-        "logistic_regression": {"max_epochs": 8}, "device": "auto"})
+        "training": {"losses": ["bce"], "seeds": 2, "non_private": {"max_epochs": 3},
+                     "dp_sgd": {"epochs": 2, "epsilons": [1.0, 10.0]}, "grud": {"hidden_size": 8}},
+        "device": "auto"})
     summary = pipeline(config)
     run_dir = Path(summary["run_dir"])
     for name in ("config.json", "provenance.json", "ingest.json", "cohort.json", "split_manifest.json",
-                 "featurizer.json", "metrics.json", "results.md", "models/logistic_regression_mort_icu.pt",
-                 "models/logistic_regression_los_3.pt"):
+                 "featurizer.json", "metrics.json", "results.md", "results.csv", "results_runs.csv",
+                 "auroc_vs_epsilon.png", "models/mort_icu-grud-dp_sgd-bce-eps1-seed1.pt",
+                 "search/los_3-logistic_regression-non_private-bce-epsinf.json"):
         assert (run_dir / name).exists(), name
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert [r["label"] for r in metrics["results"]] == ["mort_icu", "los_3"]
-    assert all(0 <= r["auroc"] <= 1 for r in metrics["results"])
+    assert metrics["runs"] == 2 * 2 * 3 * 2  # labels x models x (non-private + 2 epsilons) x seeds
+    rows = {(r["label"], r["model"], r["method"], r["target_epsilon"]): r for r in metrics["results"]}
+    assert len(rows) == 2 * 2 * 3 and all(r["seeds"] == 2 for r in rows.values())
+    for (label, model, method, eps), r in rows.items():
+        assert 0 <= r["auroc_median"] <= 1
+        if method == "dp_sgd":
+            assert r["epsilon_prv"] <= eps and r["epsilon_rdp"] <= eps
     assert json.loads((run_dir / "ingest.json").read_text())["sha256"] == before
     assert hashlib.sha256(small_extract.read_bytes()).hexdigest() == before
     assert PipelineConfig.model_validate_json((run_dir / "config.json").read_text()) == config

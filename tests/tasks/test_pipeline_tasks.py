@@ -1,23 +1,30 @@
-"""The pipeline's tasks called directly (``task.fn``): leakage checks on real files."""
+"""The pipeline's tasks called directly (``task.fn``): leakage checks and the training grid on real files."""
 
 import json
 
 import numpy as np
+import pytest
 
 from models.hourly_features import HourlyFeaturizer
-from privehr.config import LogisticRegressionConfig, PipelineConfig, SplitConfig
+from privehr.config import Cell, PipelineConfig, SplitConfig, TrainingConfig
 from tasks.cohort import build_cohort, load_cohort
-from tasks.evaluate import evaluate_logistic_regression
 from tasks.features import build_features, load_split
 from tasks.run_directory import create_run_directory
 from tasks.split import split_cohort
-from tasks.train import train_logistic_regression
+from tasks.train import fit_and_evaluate, search_hyperparameters
 
 
-def test_split_keeps_patients_whole_and_features_use_training_statistics(tmp_path, small_extract):
-    run_dir = create_run_directory.fn(PipelineConfig(artifacts_dir=tmp_path, run_id="r1"))
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, small_extract):
+    tmp = tmp_path_factory.mktemp("run")
+    run_dir = create_run_directory.fn(PipelineConfig(artifacts_dir=tmp, run_id="r1"))
     cohort = build_cohort.fn(str(small_extract), run_dir)
-    manifest_path = split_cohort.fn(cohort, SplitConfig(seed=4), run_dir)
+    manifest = split_cohort.fn(cohort, SplitConfig(seed=4), run_dir)
+    return run_dir, cohort, manifest, build_features.fn(cohort, manifest, run_dir)
+
+
+def test_split_keeps_patients_whole_and_features_use_training_statistics(prepared):
+    run_dir, cohort, manifest_path, features_dir = prepared
     manifest = json.loads(open(manifest_path).read())
     subjects = {s: set(manifest["subjects"][s]) for s in ("train", "dev", "test")}
     assert not (subjects["train"] & subjects["dev"] or subjects["train"] & subjects["test"]
@@ -25,21 +32,33 @@ def test_split_keeps_patients_whole_and_features_use_training_statistics(tmp_pat
     data = load_cohort(cohort)
     assert sum(len(v) for v in manifest["icustay_ids"].values()) == len(data["icustay_id"])
 
-    features_dir = build_features.fn(cohort, manifest_path, run_dir)
-    fitted = json.loads((tmp_path / "r1" / "featurizer.json").read_text())
+    fitted = json.loads(open(f"{run_dir}/featurizer.json").read())
     train = np.isin(data["icustay_id"], manifest["icustay_ids"]["train"])
     reference = HourlyFeaturizer().fit(data["mean"][train], data["count"][train])
     np.testing.assert_allclose(fitted["mean"], reference.mean_)
     np.testing.assert_allclose(fitted["std"], reference.std_)
-    # test features are the test stays standardised with the training statistics
-    test = load_split(features_dir, "test")
-    rows = np.isin(data["icustay_id"], test["icustay_id"])
-    expected = reference.transform(data["mean"][rows], data["count"][rows])
-    np.testing.assert_array_equal(test["values"], expected.values)
+    for split in ("dev", "test"):  # dev and test standardised with the training statistics
+        part = load_split(features_dir, split)
+        rows = np.isin(data["icustay_id"], part["icustay_id"])
+        np.testing.assert_array_equal(part["values"], reference.transform(data["mean"][rows], data["count"][rows]).values)
     everyone = HourlyFeaturizer().fit(data["mean"], data["count"])
     assert not np.allclose(everyone.mean_, reference.mean_)  # the check above can tell them apart
 
-    model = train_logistic_regression.fn(features_dir, "mort_icu", LogisticRegressionConfig(max_epochs=5), run_dir,
-                                         "cpu")
-    metrics = evaluate_logistic_regression.fn(features_dir, model, "mort_icu")
-    assert metrics["n"] == len(test["icustay_id"]) and 0.0 <= metrics["auroc"] <= 1.0
+
+@pytest.mark.parametrize("model", ["logistic_regression", "grud"])
+def test_search_then_fit_for_each_method(prepared, model):
+    run_dir, _, _, features_dir = prepared
+    training = TrainingConfig.model_validate({
+        "search_budget": 2, "non_private": {"max_epochs": 4, "patience": 2},
+        "dp_sgd": {"epochs": 2, "epsilons": [1.0]}, "grud": {"hidden_size": 8}})
+    for method, eps in (("non_private", None), ("dp_sgd", 1.0)):
+        cell = Cell(label="mort_icu", model=model, method=method, loss="l2", target_epsilon=eps)
+        chosen = search_hyperparameters.fn(features_dir, cell, training, run_dir, "cpu")
+        search = json.loads(open(f"{run_dir}/search/{cell.cell_id}.json").read())
+        assert len(search["trials"]) == 2 and search["chosen"] == chosen
+        row = fit_and_evaluate.fn(features_dir, cell, chosen, 0, training, run_dir, "cpu")
+        assert row["n"] == len(load_split(features_dir, "test")["icustay_id"]) and 0 <= row["auroc"] <= 1
+        if method == "dp_sgd":
+            assert row["epsilon_prv"] <= 1.0 and row["epsilon_rdp"] <= 1.0 and row["noise_multiplier"] > 0
+        else:
+            assert row["epsilon_prv"] is None

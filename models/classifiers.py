@@ -1,0 +1,40 @@
+"""The classifiers privehr trains, by name, and the inputs each one reads from hourly features.
+
+* ``logistic_regression``: x = flattened (mask, value, delta / 100) of every variable-hour.
+* ``grud``: (values, mask, delta), each (stays, hours, variables). The values are standardised with
+  training statistics, so the empirical training mean x_tilde of GRU-D is 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from models.grud import GRUD
+from models.hourly_features import flatten_for_linear
+from models.logistic_regression import LogisticRegression
+
+__all__ = ["MODELS", "build_classifier", "classifier_inputs"]
+
+MODELS = ("logistic_regression", "grud")
+
+
+def classifier_inputs(name: str, values: np.ndarray, mask: np.ndarray, delta: np.ndarray,
+                      device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
+    """The positional inputs of classifier ``name`` for a block of stays."""
+    if name == "logistic_regression":
+        return (torch.as_tensor(flatten_for_linear(values, mask, delta), device=device),)
+    if name == "grud":
+        return tuple(torch.as_tensor(a, device=device) for a in (values, mask, delta))
+    raise ValueError(f"unknown model {name!r}; choose one of {MODELS}")
+
+
+def build_classifier(name: str, n_variables: int, n_hours: int, *, hidden_size: int = 32,
+                     batch_norm: bool = False, dropout: float = 0.0) -> nn.Module:
+    """A freshly initialised classifier (seed torch before calling for reproducible weights)."""
+    if name == "logistic_regression":
+        return LogisticRegression(3 * n_variables * n_hours)
+    if name == "grud":
+        return GRUD(n_variables, hidden_size, dropout=dropout, batch_norm=batch_norm)
+    raise ValueError(f"unknown model {name!r}; choose one of {MODELS}")

@@ -1,0 +1,36 @@
+"""Opacus per-sample gradient rules for privehr's own layers (registered on import).
+
+:class:`~models.grud.InputDecay`, gamma = exp(-relu(w * delta + b)) applied elementwise to (B, T, F):
+with the gradient of the loss with respect to gamma, G (the "backprops"), and the active set
+a = 1[w * delta + b > 0],
+
+    dL_i/dw = -sum_t G_it * gamma_it * delta_it * a_it,      dL_i/db = -sum_t G_it * gamma_it * a_it.
+
+Opacus would otherwise route the layer through its generic functorch fallback (a vmap over the batch),
+which costs more than the closed form. Tested against torch.func in tests/models.
+"""
+
+from __future__ import annotations
+
+import torch
+from opacus.grad_sample import register_grad_sampler
+
+from models.grud import InputDecay
+
+__all__ = ["compute_input_decay_grad_sample"]
+
+
+@register_grad_sampler(InputDecay)
+def compute_input_decay_grad_sample(layer: InputDecay, activations: list[torch.Tensor],
+                                    backprops: torch.Tensor) -> dict[torch.nn.Parameter, torch.Tensor]:
+    delta = activations[0].to(backprops.dtype)
+    pre = delta * layer.weight + layer.bias
+    gamma = torch.exp(-torch.relu(pre))
+    common = -backprops * gamma * (pre > 0).to(backprops.dtype)
+    dims = tuple(range(1, delta.dim() - 1))  # every axis between batch and features (time)
+    grads = {}
+    if layer.weight.requires_grad:
+        grads[layer.weight] = (common * delta).sum(dim=dims) if dims else common * delta
+    if layer.bias.requires_grad:
+        grads[layer.bias] = common.sum(dim=dims) if dims else common
+    return grads

@@ -1,0 +1,27 @@
+"""Summaries of a training grid: medians over seeds, as seed 000 reports them.
+
+For each (label, model, method, loss, target epsilon) the test AUROC and AUPRC are the medians over
+seeds; the spent epsilon is the largest over seeds. The non-private baseline of a (label, model) is
+the best median over losses (seed 000, ``plot_results.py``).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+__all__ = ["summarise_runs", "GROUP"]
+
+GROUP = ["label", "model", "method", "loss", "target_epsilon"]
+
+
+def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per grid cell with median metrics over seeds and the worst-case epsilon spent."""
+    runs = runs.copy()
+    runs["target_epsilon"] = runs["target_epsilon"].fillna(float("inf"))  # non-private: epsilon = inf
+    agg = {"auroc": "median", "auprc": "median", "seed": "count"}
+    for col in ("epsilon_prv", "epsilon_rdp", "noise_multiplier"):
+        if col in runs:
+            agg[col] = "max"
+    table = runs.groupby(GROUP, sort=True).agg(agg).rename(columns={"seed": "seeds"}).reset_index()
+    table = table.rename(columns={"auroc": "auroc_median", "auprc": "auprc_median"})
+    return table.sort_values(["label", "model", "method", "loss", "target_epsilon"]).reset_index(drop=True)
