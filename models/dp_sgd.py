@@ -80,7 +80,7 @@ def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: t
     warnings.filterwarnings("ignore", message="Full backward hook is firing")  # inputs need no grad: harmless
     for epoch in range(1, hp.epochs + 1):
         private.train()
-        total, seen = 0.0, 0
+        total, seen, empty = 0.0, 0, 0
         for *inputs, target in private_loader:
             inputs = [t.to(device) for t in inputs]
             target = target.to(device)
@@ -91,7 +91,8 @@ def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: t
             optimizer.step()
             total += float(batch_loss.detach()) * len(target)
             seen += len(target)
-        history.append({"epoch": epoch, "train_loss": total / max(seen, 1), "examples": seen})
+            empty += len(target) == 0
+        history.append({"epoch": epoch, "train_loss": total / max(seen, 1), "examples": seen, "empty_batches": empty})
     sigma, q, taken = engine.accountant.history[0] if len(engine.accountant.history) == 1 else (
         calibrated.noise_multiplier, sample_rate, sum(h[2] for h in engine.accountant.history))
     spent = epsilon_spent(sigma, q, taken, delta, target_epsilon)

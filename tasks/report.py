@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -72,7 +73,9 @@ def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
     if _in_prefect_run():
         create_table_artifact([{c: _cell(r.get(c)) for c in COLUMNS} for r in rows], key="privehr-results",
                               description=f"Median test metrics of run {run_dir.name}. {note}")
+        inline = base64.b64encode(figure.read_bytes()).decode()  # the UI cannot reach the run directory
         create_markdown_artifact(markdown.replace(f"![AUROC vs epsilon]({figure.name})",
-                                                  f"Figure: `{figure}`"),
+                                                  f"![AUROC vs epsilon](data:image/png;base64,{inline})\n\n"
+                                                  f"Figure file: `{figure}`"),
                                  key="privehr-run-summary", description=f"Run {run_dir.name}")
     return result
