@@ -1,4 +1,5 @@
-"""privehr-pipeline: ingest -> cohort -> split -> features -> search[cell] -> fit[cell, seed] -> report -> version.
+"""privehr-pipeline: ingest -> cohort -> split -> features -> search[cell] -> budget check -> fit[cell, seed]
+-> ledger -> report -> version.
 
 The flow only wires tasks; each task reads and writes files in ``artifacts/<run-id>/`` and passes
 paths on, so no patient-level value enters Prefect's database or result storage. Training fans out:
@@ -17,6 +18,7 @@ from privehr.config import PipelineConfig
 from tasks.cohort import build_cohort
 from tasks.features import build_features
 from tasks.ingest import ingest_extract
+from tasks.privacy_ledger import check_privacy_budget, record_releases
 from tasks.report import write_report
 from tasks.run_directory import create_run_directory
 from tasks.split import split_cohort
@@ -41,9 +43,12 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     search, fit = search_hyperparameters.with_options(tags=tags), fit_and_evaluate.with_options(tags=tags)
     cells = training.cells(config.labels)
     chosen = search.map(unmapped(features), cells, unmapped(training), unmapped(run_dir), unmapped(config.device))
+    check_privacy_budget(run_dir, cells, [c.result() for c in chosen], config)  # raises before any release
     runs = [fit.submit(features, cell, chosen[i], seed, training, run_dir, config.device)
             for i, cell in enumerate(cells) for seed in range(training.seeds)]
-    summary = write_report(run_dir, [r.result() for r in runs], training.dp_sgd.delta)
+    rows = [r.result() for r in runs]
+    record_releases(run_dir, rows, str(config.privacy.ledger_path))
+    summary = write_report(run_dir, rows, training.dp_sgd.delta)
     if config.versioning.dvc:
         summary["versioning"] = version_run(run_dir, config.versioning.push)
     return summary

@@ -101,6 +101,27 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _cmd_privacy_ledger(args) -> int:
+    import math
+
+    from tasks.privacy_ledger import ledger_totals
+
+    path = args.ledger or _config_from(args).privacy.ledger_path
+    totals = ledger_totals(path, args.delta)
+    payload = {"ledger": str(path), "delta": args.delta, "datasets": [t.__dict__ for t in totals]}
+    lines = [f"privacy ledger {path}: {len(totals)} dataset(s)"]
+    for t in totals:
+        eps = "inf (a non-private release exists)" if math.isinf(t.epsilon) else f"{t.epsilon:.4g}"
+        lines += [f"  dataset {t.dataset[:12]}: {t.releases} releases {t.counts}",
+                  f"    epsilon (all releases): {eps}; DP releases alone: {t.epsilon_dp:.4g} at delta {t.delta:.2g}",
+                  f"    DP-SGD composed: PRV {t.epsilon_dp_sgd_prv}, RDP {t.epsilon_dp_sgd_rdp}; "
+                  f"other DP (basic composition): {t.epsilon_other_basic:.4g}"]
+        if t.unproven_epsilon_tilde:
+            lines.append(f"    ExpM+NF releases (no proven guarantee; epsilon~ {t.unproven_epsilon_tilde})")
+    _emit(args, payload, "\n".join(lines))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="privehr", description="privehr: learning from clinical data under "
                                      "differential privacy, orchestrated by Prefect and versioned with DVC.")
@@ -141,6 +162,14 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common], help="run privehr-pipeline locally (no server needed)")
     add_config_options(run)
     run.set_defaults(func=_cmd_run)
+
+    privacy = sub.add_parser("privacy", help="privacy accounting")
+    privacy_sub = privacy.add_subparsers(dest="privacy_command", required=True)
+    ledger = privacy_sub.add_parser("ledger", parents=[common], help="the epsilon each dataset has spent, composed")
+    ledger.add_argument("--ledger", type=Path, help="ledger file (default: privacy.ledger_path of the config)")
+    ledger.add_argument("--delta", type=float, default=1e-5, help="delta at which DP-SGD releases are composed")
+    ledger.add_argument("--config", type=Path)
+    ledger.set_defaults(func=_cmd_privacy_ledger)
 
     config = sub.add_parser("config", parents=[common], help="print the resolved configuration")
     add_config_options(config)

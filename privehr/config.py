@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from privehr.errors import InputError
 
 __all__ = ["DataConfig", "SplitConfig", "NonPrivateConfig", "DPSGDConfig", "GRUDConfig", "TrainingConfig",
-           "Cell", "VersioningConfig", "PipelineConfig", "PROFILES", "load_config"]
+           "Cell", "PrivacyConfig", "VersioningConfig", "PipelineConfig", "PROFILES", "load_config"]
 
 Label = Literal["mort_icu", "los_3"]
 Model = Literal["logistic_regression", "grud"]
@@ -129,6 +129,16 @@ class TrainingConfig(_Strict):
         return out
 
 
+class PrivacyConfig(_Strict):
+    """The privacy ledger and the budget each dataset may spend on DP releases."""
+
+    ledger_path: Path = Field(Path("artifacts/privacy_ledger.jsonl"),
+                              description="append-only record of every release per dataset")
+    budget_epsilon: float | None = Field(None, gt=0, description="refuse runs whose DP releases would take the "
+                                                                 "dataset's composed epsilon above this")
+    budget_delta: float = Field(1e-5, gt=0, lt=1, description="delta at which DP-SGD releases are composed")
+
+
 class VersioningConfig(_Strict):
     """Version each run directory with DVC (``dvc add artifacts/<run-id>``, then push)."""
 
@@ -143,6 +153,7 @@ class PipelineConfig(_Strict):
     split: SplitConfig = SplitConfig()
     labels: list[Label] = Field(default_factory=lambda: ["mort_icu", "los_3"], min_length=1)
     training: TrainingConfig = TrainingConfig()
+    privacy: PrivacyConfig = PrivacyConfig()
     versioning: VersioningConfig = VersioningConfig()
     artifacts_dir: Path = Field(Path("artifacts"), description="runs go to <artifacts_dir>/<run-id>/")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$",

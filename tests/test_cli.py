@@ -45,3 +45,20 @@ def test_config_json_applies_overrides(tmp_path, capsys):
     assert resolved["data"]["hdf5_path"] == "x.h5"
     cfg.write_text("split: {train: 2}\n")
     assert main(["config", "--config", str(cfg)]) == 2
+
+
+def test_privacy_ledger_command(tmp_path, capsys):
+    import math
+
+    from models.privacy_ledger import LedgerEntry
+    from tasks.privacy_ledger import append_entries
+
+    ledger = tmp_path / "ledger.jsonl"
+    append_entries(ledger, [LedgerEntry("abc", "m1", "dp", 0.5, 1e-6), LedgerEntry("abc", "m2", "dp", 0.25, 1e-6),
+                            LedgerEntry("abc", "m3", "expm_nf", 2.0), LedgerEntry("abc", "m4", "non_private", math.inf)])
+    assert main(["privacy", "ledger", "--ledger", str(ledger), "--json"]) == 0
+    (dataset,) = json.loads(capsys.readouterr().out)["datasets"]
+    assert dataset["epsilon_dp"] == 0.75 and dataset["unproven_epsilon_tilde"] == [2.0]
+    assert main(["privacy", "ledger", "--ledger", str(ledger)]) == 0
+    out = capsys.readouterr().out
+    assert "no proven guarantee" in out and "inf (a non-private release exists)" in out

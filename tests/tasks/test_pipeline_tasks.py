@@ -9,6 +9,7 @@ from models.hourly_features import HourlyFeaturizer
 from privehr.config import Cell, PipelineConfig, SplitConfig, TrainingConfig
 from tasks.cohort import build_cohort, load_cohort
 from tasks.features import build_features, load_split
+from tasks.ingest import ingest_extract
 from tasks.run_directory import create_run_directory
 from tasks.split import split_cohort
 from tasks.train import fit_and_evaluate, search_hyperparameters
@@ -18,6 +19,7 @@ from tasks.train import fit_and_evaluate, search_hyperparameters
 def prepared(tmp_path_factory, small_extract):
     tmp = tmp_path_factory.mktemp("run")
     run_dir = create_run_directory.fn(PipelineConfig(artifacts_dir=tmp, run_id="r1"))
+    ingest_extract.fn(str(small_extract), run_dir)
     cohort = build_cohort.fn(str(small_extract), run_dir)
     manifest = split_cohort.fn(cohort, SplitConfig(seed=4), run_dir)
     return run_dir, cohort, manifest, build_features.fn(cohort, manifest, run_dir)
@@ -62,3 +64,32 @@ def test_search_then_fit_for_each_method(prepared, model):
             assert row["epsilon_prv"] <= 1.0 and row["epsilon_rdp"] <= 1.0 and row["noise_multiplier"] > 0
         else:
             assert row["epsilon_prv"] is None
+
+
+def test_over_budget_run_is_refused_and_releases_are_recorded(prepared, tmp_path):
+    import math
+
+    from privehr.errors import InputError
+    from tasks.privacy_ledger import check_privacy_budget, ledger_totals, record_releases
+    from tasks.train import default_hyperparameters
+
+    run_dir, _, _, _ = prepared
+    ledger = tmp_path / "ledger.jsonl"
+    config = PipelineConfig.model_validate({"privacy": {"ledger_path": str(ledger), "budget_epsilon": 2.5},
+                                            "training": {"seeds": 2, "dp_sgd": {"epsilons": [1.0]}}})
+    cells = [c for c in config.training.cells(["mort_icu"]) if c.model == "logistic_regression"]
+    chosen = [default_hyperparameters(c, config.training) for c in cells]
+    summary = check_privacy_budget.fn(run_dir, cells, chosen, config)  # two releases at epsilon 1: fits
+    assert summary["planned_dp_releases"] == 2 and summary["epsilon_dp_after_run"] <= 2.5
+
+    rows = [{"label": "mort_icu", "model": "logistic_regression", "method": "dp_sgd", "loss": "bce",
+             "target_epsilon": 1.0, "seed": s, "epsilon_prv": 0.95, "epsilon_rdp": 0.99, "delta": 1e-5,
+             "noise_multiplier": 1.5, "sample_rate": 0.1, "steps": 100} for s in range(2)]
+    rows.append({"label": "mort_icu", "model": "logistic_regression", "method": "non_private", "loss": "bce",
+                 "target_epsilon": None, "seed": 0})
+    assert record_releases.fn(run_dir, rows, str(ledger)) == 3
+    (total,) = ledger_totals(ledger)
+    assert total.releases == 3 and math.isinf(total.epsilon) and total.counts == {"dp_sgd": 2, "non_private": 1}
+    # the same plan again would bring the dataset above 2.5: refused before anything is trained
+    with pytest.raises(InputError, match=r"privacy budget exceeded .* Nothing was trained"):
+        check_privacy_budget.fn(run_dir, cells, chosen, config)
