@@ -66,6 +66,7 @@ def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: t
     steps = hp.epochs * len(loader)
     calibrated = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, steps)
 
+    model.train()  # Opacus validates the module in training mode
     optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
     noise_generator = torch.Generator(device=device).manual_seed(hp.seed + 1)
     with warnings.catch_warnings():

@@ -122,6 +122,29 @@ def _cmd_privacy_ledger(args) -> int:
     return 0
 
 
+def _cmd_audit(args) -> int:
+    from privehr.config import AuditConfig
+
+    try:
+        config = AuditConfig.model_validate({"run_dir": args.run_dir, "shadows": args.shadows, "epsilon": args.epsilon,
+                                             "label": args.label})
+    except ValueError as err:
+        raise InputError(f"invalid audit settings: {err}") from None
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.audit import audit
+
+    report = audit(config)
+    lines = [f"membership-inference audit of {args.run_dir} ({report['shadows']} shadows, "
+             f"population {report['population']} training stays, label {report['label']})"]
+    for mech, e in report["mechanisms"].items():
+        lines.append(f"  {mech}: LiRA online AUC {e['online']['auc']['median']:.3f}, TPR at FPR 1e-3 "
+                     f"{e['online']['tpr_at_fpr_0.001']['median']:.4f}, at 1e-2 {e['online']['tpr_at_fpr_0.01']['median']:.4f}; "
+                     f"one-run epsilon >= {e['one_run']['epsilon_lower']:.3f} (ceiling {e['one_run']['ceiling']:.2f})")
+    lines.append(f"  files: {args.run_dir}/audit/audit.json, lira_roc.png")
+    _emit(args, report, "\n".join(lines))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="privehr", description="privehr: learning from clinical data under "
                                      "differential privacy, orchestrated by Prefect and versioned with DVC.")
@@ -170,6 +193,13 @@ def _parser() -> argparse.ArgumentParser:
     ledger.add_argument("--delta", type=float, default=1e-5, help="delta at which DP-SGD releases are composed")
     ledger.add_argument("--config", type=Path)
     ledger.set_defaults(func=_cmd_privacy_ledger)
+
+    audit = sub.add_parser("audit", parents=[common], help="LiRA and one-run audit of a finished run")
+    audit.add_argument("run_dir", type=Path, help="artifacts/<run-id> of a privehr-pipeline run")
+    audit.add_argument("--shadows", type=int, default=16)
+    audit.add_argument("--epsilon", type=float, default=1.0, help="target epsilon of the DP-SGD shadows")
+    audit.add_argument("--label", choices=("mort_icu", "los_3"), default="mort_icu")
+    audit.set_defaults(func=_cmd_audit)
 
     config = sub.add_parser("config", parents=[common], help="print the resolved configuration")
     add_config_options(config)

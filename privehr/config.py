@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from privehr.errors import InputError
 
 __all__ = ["DataConfig", "SplitConfig", "NonPrivateConfig", "DPSGDConfig", "GRUDConfig", "TrainingConfig",
-           "Cell", "PrivacyConfig", "VersioningConfig", "PipelineConfig", "PROFILES", "load_config"]
+           "Cell", "AuditConfig", "PrivacyConfig", "VersioningConfig", "PipelineConfig", "PROFILES", "load_config"]
 
 Label = Literal["mort_icu", "los_3"]
 Model = Literal["logistic_regression", "grud"]
@@ -167,6 +167,33 @@ PROFILES: dict[str, dict] = {
     "full": {"training": {"seeds": 10, "search_budget": 10, "losses": ["bce", "l2"],
                           "dp_sgd": {"epsilons": [1e-4, 1e-3, 1e-2, 0.1, 0.5, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0]}}},
 }
+
+
+class AuditConfig(_Strict):
+    """Membership-inference audit of a finished run: LiRA with shadow models and the one-run bound.
+
+    Shadows are trained with the same mechanism as the audited model, on random halves of the run's
+    training split (the audit population); each shadow in turn is the target.
+    """
+
+    run_dir: Path = Field(..., description="a finished privehr-pipeline run (its features are reused)")
+    label: Label = "mort_icu"
+    model: Model = "logistic_regression"
+    mechanisms: list[Method] = Field(default_factory=lambda: ["non_private", "dp_sgd"], min_length=1)
+    shadows: int = Field(16, ge=2, description="even; every example is IN for exactly half")
+    epsilon: float = Field(1.0, gt=0, description="target epsilon of the DP-SGD shadows")
+    delta: float = Field(1e-5, gt=0, lt=1)
+    non_private: NonPrivateConfig = Field(default_factory=lambda: NonPrivateConfig(
+        learning_rate=3e-3, weight_decay=0.0, max_epochs=30), description="an overfit non-private model")
+    dp_sgd: DPSGDConfig = DPSGDConfig()
+    seed: int = 0
+    significance: float = Field(0.05, gt=0, lt=1, description="of the one-run epsilon lower bound")
+
+    @model_validator(mode="after")
+    def _even(self):
+        if self.shadows % 2:
+            raise ValueError("shadows must be even (every example IN for exactly half of them)")
+        return self
 
 
 def _merge(base: dict, extra: dict) -> dict:

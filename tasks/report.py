@@ -38,7 +38,7 @@ def results_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _in_prefect_run() -> bool:
+def in_prefect_run() -> bool:
     try:
         get_run_context()
         return True
@@ -70,7 +70,7 @@ def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
               "figure": str(figure), "privacy_note": note,
               "cohort": {k: cohort[k] for k in ("stays", "label_rates", "exclusions")}, "split": split}
     (run_dir / "metrics.json").write_text(json.dumps(result, indent=2, default=float))
-    if _in_prefect_run():
+    if in_prefect_run():
         create_table_artifact([{c: _cell(r.get(c)) for c in COLUMNS} for r in rows], key="privehr-results",
                               description=f"Median test metrics of run {run_dir.name}. {note}")
         inline = base64.b64encode(figure.read_bytes()).decode()  # the UI cannot reach the run directory

@@ -6,16 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.pipeline import pipeline
 from privehr.config import PipelineConfig
-
-
-@pytest.fixture(scope="module", autouse=True)
-def prefect_harness():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path, small_extract):
@@ -23,6 +16,7 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
     config = PipelineConfig.model_validate({
         "data": {"hdf5_path": str(small_extract), "chunk_rows": 1024},
         "artifacts_dir": str(tmp_path), "run_id": "flow-test", "versioning": {"dvc": False},
+        "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
         "training": {"losses": ["bce"], "seeds": 2, "non_private": {"max_epochs": 3},
                      "dp_sgd": {"epochs": 2, "epsilons": [1.0, 10.0]}, "grud": {"hidden_size": 8}},
         "device": "auto"})

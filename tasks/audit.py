@@ -1,0 +1,159 @@
+"""Audit tasks: shadow models, LiRA, the one-run bound, and the audit report.
+
+The audit population is the training split of a finished run. Shadow s is trained on the examples
+with ``membership[s]``; its per-example confidences phi and losses before/after training go to
+``intermediate/audit/`` (patient-level, never versioned); only aggregates reach ``audit/``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from prefect import task  # noqa: E402
+from prefect.artifacts import create_table_artifact  # noqa: E402
+
+from models.classifiers import build_classifier, classifier_inputs  # noqa: E402
+from models.dp_sgd import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
+from models.lira import leave_one_out, logit_confidence, shadow_membership  # noqa: E402
+from models.one_run_audit import audit_scores  # noqa: E402
+from models.training import TrainingHyperparameters, fit_binary_classifier  # noqa: E402
+from privehr.config import AuditConfig  # noqa: E402
+from privehr.errors import InputError  # noqa: E402
+from tasks.features import load_split  # noqa: E402
+from tasks.report import in_prefect_run  # noqa: E402
+from tasks.run_directory import INTERMEDIATE  # noqa: E402
+from tasks.run_logging import run_logger  # noqa: E402
+
+__all__ = ["plan_audit", "train_shadow", "evaluate_attacks"]
+
+
+def _population(config: AuditConfig):
+    features = Path(config.run_dir) / INTERMEDIATE
+    if not (features / "features_train.npz").exists():
+        raise InputError(f"{config.run_dir} has no features (intermediate/features_train.npz); audit a run of "
+                         "privehr-pipeline that finished its features stage.")
+    d = load_split(str(features), "train")
+    y = d["labels"][:, list(d["label_names"]).index(config.label)].astype(np.float32)
+    return classifier_inputs(config.model, d["values"], d["mask"], d["delta"]), torch.as_tensor(y), d["values"].shape
+
+
+@task(name="plan-audit")
+def plan_audit(config: AuditConfig) -> str:
+    """Draw the shadows' membership matrix; return the audit's private working directory."""
+    _, y, _ = _population(config)
+    work = Path(config.run_dir) / INTERMEDIATE / "audit"
+    work.mkdir(parents=True, exist_ok=True)
+    np.save(work / "membership.npy", shadow_membership(config.shadows, len(y), config.seed))
+    run_logger().info("audit: %d shadows over %d training stays", config.shadows, len(y))
+    return str(work)
+
+
+@torch.no_grad()
+def _logits(model, inputs):
+    model.eval()
+    return model(*inputs).cpu().numpy()
+
+
+@task(name="train-shadow")
+def train_shadow(config: AuditConfig, work: str, mechanism: str, shadow: int) -> str:
+    """Train shadow ``shadow`` with ``mechanism`` on its half; save phi and losses for every example."""
+    torch.set_num_threads(1)
+    inputs, y, shape = _population(config)
+    keep = torch.as_tensor(np.load(Path(work) / "membership.npy")[shadow])
+    seed = config.seed * 1000 + shadow
+    torch.manual_seed(seed)
+    model = build_classifier(config.model, shape[2], shape[1])
+    before = _logits(model, inputs)
+    half = tuple(t[keep] for t in inputs)
+    if mechanism == "non_private":
+        c = config.non_private
+        fit_binary_classifier(model, half, y[keep], hp=TrainingHyperparameters(
+            learning_rate=c.learning_rate, weight_decay=c.weight_decay, batch_size=c.batch_size,
+            max_epochs=c.max_epochs, seed=seed))
+    else:
+        c = config.dp_sgd
+        model, _ = train_dp_sgd(model, half, y[keep], DPSGDHyperparameters(
+            learning_rate=c.learning_rate, weight_decay=c.weight_decay, batch_size=c.batch_size, epochs=c.epochs,
+            max_grad_norm=c.max_grad_norm, seed=seed), config.epsilon, config.delta)
+    after = _logits(model, inputs)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    loss = lambda z: bce(torch.as_tensor(z), y, reduction="none").numpy()  # noqa: E731
+    out = Path(work) / f"{mechanism}_shadow{shadow:03d}.npz"
+    np.savez(out, phi=logit_confidence(after, y.numpy()), loss_before=loss(before), loss_after=loss(after))
+    return str(out)
+
+
+def _band(values):
+    return {"median": float(np.median(values)), "p05": float(np.percentile(values, 5)),
+            "p95": float(np.percentile(values, 95))}
+
+
+@task(name="evaluate-attacks")
+def evaluate_attacks(config: AuditConfig, work: str, results: dict[str, list[str]]) -> dict:
+    """LiRA (online/offline x per-example/fixed variance) and the one-run bound per mechanism."""
+    membership = np.load(Path(work) / "membership.npy")
+    out_dir = Path(config.run_dir) / "audit"
+    out_dir.mkdir(exist_ok=True)
+    report = {"population": int(membership.shape[1]), "shadows": config.shadows, "label": config.label,
+              "model": config.model, "dp_epsilon": config.epsilon, "delta": config.delta, "mechanisms": {}}
+    fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 4), squeeze=False)
+    grid = np.logspace(-4, 0, 200)
+    for ax, (mechanism, paths) in zip(axes[0], results.items()):
+        runs = [np.load(p) for p in sorted(paths)]
+        phi = np.stack([r["phi"] for r in runs])
+        entry = {}
+        for online in (True, False):
+            for fixed in (False, True):
+                rocs = leave_one_out(phi, membership, online, fixed)
+                name = f"{'online' if online else 'offline'}{'_fixed_variance' if fixed else ''}"
+                entry[name] = {"auc": _band([r.auc for r in rocs]),
+                               **{f"tpr_at_fpr_{f:g}": _band([r.tpr_at[f] for r in rocs]) for f in (1e-3, 1e-2)}}
+                if online and not fixed:
+                    curves = np.stack([np.interp(grid, r.fpr, r.tpr) for r in rocs])
+                    ax.fill_between(grid, np.percentile(curves, 5, 0), np.percentile(curves, 95, 0), alpha=0.3)
+                    ax.plot(grid, np.median(curves, 0), label="LiRA online (median, 5-95 %)")
+        # one-run audit of shadow 0: canaries = the population, included independently with prob. 1/2
+        scores = runs[0]["loss_before"] - runs[0]["loss_after"]
+        m = scores.size
+        k_grid = [(k, k) for k in (max(1, m // 20), max(1, m // 10), max(1, m // 5))]
+        one_run = audit_scores(scores, membership[0], config.delta, config.significance, k_grid)
+        entry["one_run"] = {"epsilon_lower": one_run.epsilon_lower, "ceiling": one_run.epsilon_ceiling,
+                            "m": one_run.m, "k_plus": one_run.k_plus, "k_minus": one_run.k_minus,
+                            "correct": one_run.correct, "thresholds_tried": one_run.thresholds_tried,
+                            "significance": one_run.significance}
+        report["mechanisms"][mechanism] = entry
+        ax.plot(grid, grid, "k:", label="chance")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(1e-4, 1)
+        ax.set_ylim(1e-4, 1)
+        ax.set_xlabel("false positive rate")
+        ax.set_ylabel("true positive rate")
+        ax.set_title(mechanism if mechanism == "non_private" else f"{mechanism} (epsilon {config.epsilon:g})")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_dir / "lira_roc.png", dpi=120)
+    plt.close(fig)
+    (out_dir / "audit.json").write_text(json.dumps(report, indent=2))
+    if in_prefect_run():
+        create_table_artifact([{"mechanism": mech, "lira_auc": round(e["online"]["auc"]["median"], 4),
+                                "tpr_at_fpr_1e-3": round(e["online"]["tpr_at_fpr_0.001"]["median"], 4),
+                                "tpr_at_fpr_1e-2": round(e["online"]["tpr_at_fpr_0.01"]["median"], 4),
+                                "one_run_epsilon_lower": round(e["one_run"]["epsilon_lower"], 4),
+                                "one_run_ceiling": round(e["one_run"]["ceiling"], 4)}
+                               for mech, e in report["mechanisms"].items()], key="privehr-audit",
+                              description=f"Membership-inference audit of {Path(config.run_dir).name} "
+                                          f"({config.shadows} shadows; DP-SGD at epsilon {config.epsilon:g})")
+    log = run_logger()
+    for mech, e in report["mechanisms"].items():
+        log.info("audit %s: LiRA AUC %.3f, TPR@1e-3 %.4f; one-run epsilon >= %.3f (ceiling %.2f)", mech,
+                 e["online"]["auc"]["median"], e["online"]["tpr_at_fpr_0.001"]["median"],
+                 e["one_run"]["epsilon_lower"], e["one_run"]["ceiling"])
+    return report
