@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from models.severity_simulator import simulate_extract
+from models.severity_simulator import SimulatedExtract, simulate_extract
 from privehr.resources import mimic_extract_variables
 
-__all__ = ["write_demo_mimic"]
+__all__ = ["write_demo_mimic", "write_extract"]
 
 
 def write_demo_mimic(out: Path, n_stays: int = 2000, seed: int = 0, *, n_variables: int | None = None,
@@ -31,6 +31,14 @@ def write_demo_mimic(out: Path, n_stays: int = 2000, seed: int = 0, *, n_variabl
         variables = variables.iloc[:n_variables]
     sim = simulate_extract(variables, n_stays, seed, patients_columns=patients_columns,
                            label_dtype=label_dtype, datetime_unit=datetime_unit, with_codes=with_codes)
+    write_extract(sim, out)
+    return {"path": str(out), "stays": int(n_stays), "rows": int(len(sim.vitals_labs)),
+            "variables": int(len(variables)), "bytes": out.stat().st_size}
+
+
+def write_extract(sim: SimulatedExtract, out: Path) -> None:
+    """Write the frames with MIMIC-Extract's keys and formats, atomically (a .partial file, then rename)."""
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     tmp.unlink(missing_ok=True)
@@ -43,5 +51,3 @@ def write_demo_mimic(out: Path, n_stays: int = 2000, seed: int = 0, *, n_variabl
         sim.patients.to_hdf(tmp, key="patients", format="table")
         sim.vitals_labs_mean.to_hdf(tmp, key="vitals_labs_mean")
     tmp.replace(out)
-    return {"path": str(out), "stays": int(n_stays), "rows": int(len(sim.vitals_labs)),
-            "variables": int(len(variables)), "bytes": out.stat().st_size}

@@ -9,7 +9,7 @@ import numpy as np
 from prefect import task
 
 from models.cohort import LABELS
-from models.hourly_features import HourlyFeaturizer, flatten_for_linear
+from models.hourly_features import HourlyFeaturizer
 from models.patient_split import SPLITS
 from privehr.errors import InputError
 from tasks.cohort import load_cohort
@@ -17,7 +17,7 @@ from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import run_logger
 from tasks.split import load_manifest
 
-__all__ = ["build_features", "load_split", "linear_inputs"]
+__all__ = ["build_features", "load_split"]
 
 
 @task(name="features")
@@ -51,10 +51,3 @@ def build_features(cohort_path: str, manifest_path: str, run_dir: str) -> str:
 def load_split(features_dir: str, split: str) -> dict[str, np.ndarray]:
     with np.load(Path(features_dir) / f"features_{split}.npz") as npz:
         return {k: npz[k] for k in npz.files}
-
-
-def linear_inputs(features_dir: str, split: str, label: str) -> tuple[np.ndarray, np.ndarray]:
-    """(X, y) for a linear model: flattened (mask, value, delta) per variable-hour, and the 0/1 label."""
-    d = load_split(features_dir, split)
-    column = list(d["label_names"]).index(label)
-    return flatten_for_linear(d["values"], d["mask"], d["delta"]), d["labels"][:, column].astype(np.float32)
