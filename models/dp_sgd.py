@@ -72,6 +72,9 @@ def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: t
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Ss]ecure RNG.*")  # documented above
         engine = PrivacyEngine(accountant="prv")
+        # Opacus hands this generator to the Poisson sampler (secure_mode stays off): a per-run seed keeps
+        # runs reproducible when several train at once in one process, instead of sharing torch's global RNG
+        engine.secure_rng = torch.Generator().manual_seed(hp.seed + 2)
         private, optimizer, private_loader = engine.make_private(
             module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=calibrated.noise_multiplier,
             max_grad_norm=hp.max_grad_norm, poisson_sampling=True, grad_sample_mode=grad_sample_mode,

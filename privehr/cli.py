@@ -60,7 +60,8 @@ def _config_from(args):
     return load_config(args.config, getattr(args, "profile", "demo"), **{
         "data.hdf5_path": getattr(args, "data", None), "run_id": getattr(args, "run_id", None),
         "artifacts_dir": getattr(args, "artifacts_dir", None), "device": getattr(args, "device", None),
-        "versioning.dvc": False if getattr(args, "no_dvc", False) else None})
+        "versioning.dvc": False if getattr(args, "no_dvc", False) else None,
+        "resume": True if getattr(args, "resume", False) else None})
 
 
 def _cmd_config(args) -> int:
@@ -184,6 +185,8 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", parents=[common], help="run privehr-pipeline locally (no server needed)")
     add_config_options(run)
+    run.add_argument("--resume", action="store_true",
+                     help="continue --run-id after a crash or kill: finished grid cells are not retrained")
     run.set_defaults(func=_cmd_run)
 
     privacy = sub.add_parser("privacy", help="privacy accounting")

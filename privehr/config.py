@@ -159,6 +159,14 @@ class PipelineConfig(_Strict):
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$",
                                description="defaults to a UTC timestamp plus a random suffix")
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    resume: bool = Field(False, description="continue run_id's directory: grid cells whose results exist for "
+                                            "the same input, cell, hyperparameters and seed are not retrained")
+
+    @model_validator(mode="after")
+    def _resume_needs_run_id(self):
+        if self.resume and not self.run_id:
+            raise ValueError("resume needs the run_id of the run to continue")
+        return self
 
 
 PROFILES: dict[str, dict] = {

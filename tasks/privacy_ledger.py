@@ -57,6 +57,8 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], chosen: list[dict], co
     privacy, training = config.privacy, config.training
     dataset = _dataset_id(run_dir)
     n = _fit_size(run_dir)
+    existing = [e for e in read_ledger(privacy.ledger_path) if e.dataset == dataset]
+    recorded = {e.release for e in existing}
     planned = []
     for cell, hp in zip(cells, chosen):
         if cell.method != "dp_sgd":
@@ -64,10 +66,9 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], chosen: list[dict], co
         batches = math.ceil(n / min(hp["batch_size"], n))
         spend = calibrate_noise_multiplier(cell.target_epsilon, training.dp_sgd.delta, 1 / batches,
                                            hp["epochs"] * batches)
-        planned += [LedgerEntry(dataset, f"planned:{cell.cell_id}-seed{s}", "dp_sgd", spend.epsilon,
-                                spend.delta, spend.noise_multiplier, spend.sample_rate, spend.steps)
-                    for s in range(training.seeds)]
-    existing = [e for e in read_ledger(privacy.ledger_path) if e.dataset == dataset]
+        planned += [LedgerEntry(dataset, _release(run_dir, cell, s), "dp_sgd", spend.epsilon, spend.delta,
+                                spend.noise_multiplier, spend.sample_rate, spend.steps)
+                    for s in range(training.seeds) if _release(run_dir, cell, s) not in recorded]  # resumed runs
     total = compose_entries(existing + planned, privacy.budget_delta)
     summary = {"dataset": dataset, "existing_releases": len(existing), "planned_dp_releases": len(planned),
                "epsilon_dp_after_run": total.epsilon_dp, "delta": total.delta, "budget_epsilon": privacy.budget_epsilon}
@@ -84,14 +85,21 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], chosen: list[dict], co
     return summary
 
 
+def _release(run_dir: str, cell: Cell, seed: int) -> str:
+    return f"{Path(run_dir).name}/models/{cell.cell_id}-seed{seed}.pt"
+
+
 @task(name="record-releases")
 def record_releases(run_dir: str, runs: list[dict], ledger_path: str) -> int:
-    """Append one ledger entry per released model of this run; return how many."""
+    """Append one ledger entry per released model of this run not yet recorded; return how many."""
     dataset, run_id = _dataset_id(run_dir), Path(run_dir).name
+    recorded = {e.release for e in read_ledger(ledger_path) if e.dataset == dataset}
     entries = []
     for r in runs:
         cell = Cell(**{k: r[k] for k in ("label", "model", "method", "loss", "target_epsilon")})
-        release = f"{run_id}/models/{cell.cell_id}-seed{r['seed']}.pt"
+        release = _release(run_dir, cell, r["seed"])
+        if release in recorded:  # a resumed run: recorded by its earlier attempt
+            continue
         if r["method"] == "dp_sgd":
             entries.append(LedgerEntry(dataset, release, "dp_sgd", r["epsilon_prv"] if r["epsilon_prv"] is not None
                                        else r["epsilon_rdp"], r["delta"], r["noise_multiplier"], r["sample_rate"],

@@ -13,6 +13,7 @@ from pathlib import Path
 from prefect import task
 
 from privehr.config import PipelineConfig
+from privehr.errors import InputError
 from tasks.run_logging import run_logger
 
 __all__ = ["create_run_directory", "new_run_id", "INTERMEDIATE"]
@@ -37,9 +38,16 @@ def create_run_directory(config: PipelineConfig) -> str:
     """Make the run directory and write ``config.json`` and ``provenance.json``; return its path."""
     run_id = config.run_id or new_run_id()
     run_dir = Path(config.artifacts_dir) / run_id
-    run_dir.mkdir(parents=True, exist_ok=False)
-    (run_dir / INTERMEDIATE).mkdir()
-    (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
+    if run_dir.exists() and not config.resume:
+        raise InputError(f"run directory {run_dir} exists; choose another run id, or pass resume to continue it")
+    if config.resume and (run_dir / "config.json").exists():
+        previous = PipelineConfig.model_validate_json((run_dir / "config.json").read_text())
+        if previous.model_copy(update={"resume": True}) != config:
+            raise InputError(f"run {run_id} was made with a different configuration; resume only continues the "
+                             "same run (see its config.json), start a new run id otherwise")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / INTERMEDIATE).mkdir(exist_ok=True)
+    (run_dir / "config.json").write_text(config.model_copy(update={"resume": False}).model_dump_json(indent=2))
     provenance = {
         "run_id": run_id,
         "created_utc": datetime.now(timezone.utc).isoformat(),

@@ -8,6 +8,7 @@ aggregate numbers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -86,6 +87,11 @@ def _train(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int, dev_
 def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConfig, run_dir: str,
                            device: str = "auto") -> dict:
     """Try ``training.search_budget`` configurations on train/dev; write ``search/<cell>.json``; return the best."""
+    out = Path(run_dir) / "search" / f"{cell.cell_id}.json"
+    key = _result_key(run_dir, cell.model_dump(), training.model_dump())
+    if out.exists() and json.loads(out.read_text()).get("key") == key:
+        run_logger().info("search %s: reused the result of an earlier attempt", cell.cell_id)
+        return json.loads(out.read_text())["chosen"]
     _threads()
     dev = resolve_device(device)
     defaults = default_hyperparameters(cell, training)
@@ -103,31 +109,57 @@ def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConf
         scores = [t["dev_auroc"] if np.isfinite(t["dev_auroc"]) else -np.inf for t in trials]
         best = trials[int(np.argmax(scores))]
         chosen = dict(best["hyperparameters"], epochs=max(1, int(best["epochs"])))
-    out = Path(run_dir) / "search" / f"{cell.cell_id}.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"cell": cell.model_dump(), "budget": training.search_budget, "trials": trials,
+    out.write_text(json.dumps({"key": key, "cell": cell.model_dump(), "budget": training.search_budget, "trials": trials,
                                "chosen": chosen, "note": "tuned on private dev data; not accounted"}, indent=1))
     run_logger().info("search %s: %d configuration(s) trained, chose %s", cell.cell_id, len(trials), chosen)
     return chosen
 
 
+def _result_key(run_dir: str, *parts) -> str:
+    """Identity of a result: the raw input's sha256 (as DVC tracks it), the split, and the task's parameters."""
+    run = Path(run_dir)
+    digest = hashlib.sha256(json.loads((run / "ingest.json").read_text())["sha256"].encode())
+    digest.update((run / "split_manifest.json").read_bytes())
+    digest.update(json.dumps(parts, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def _reuse(path: Path, key: str):
+    """The saved value at ``path`` if it was computed for ``key`` (a resumed run), else None."""
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("key") == key:
+            return saved["value"]
+    return None
+
+
 @task(name="fit-and-evaluate")
 def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed: int, training: TrainingConfig,
                      run_dir: str, device: str = "auto") -> dict:
-    """Fit on train+dev with the chosen hyperparameters and ``seed``; return test metrics (aggregates only)."""
+    """Fit on train+dev with the chosen hyperparameters and ``seed``; return test metrics (aggregates only).
+
+    The row is saved next to the model; a resumed run returns it instead of training again.
+    """
+    out_dir = Path(run_dir) / "models"
+    out_dir.mkdir(exist_ok=True)
+    key = _result_key(run_dir, cell.model_dump(), hyperparameters, seed, training.model_dump())
+    result_path = out_dir / f"{cell.cell_id}-seed{seed}.json"
+    if (row := _reuse(result_path, key)) is not None:
+        run_logger().info("fit %s seed %d: reused the result of an earlier attempt", cell.cell_id, seed)
+        return row
     _threads()
     dev = resolve_device(device)
     model, info = _train(cell, hyperparameters, training, _data(features_dir, ["train", "dev"], cell, dev), seed)
     test_inputs, test_y, *_ = _data(features_dir, ["test"], cell, dev)
     metrics = binary_metrics(test_y.cpu().numpy(), predict_proba(model, test_inputs))
-    out_dir = Path(run_dir) / "models"
-    out_dir.mkdir(exist_ok=True)
     torch.save({"cell": cell.model_dump(), "seed": seed, "hyperparameters": hyperparameters,
                 "state_dict": {k: v.cpu() for k, v in model.state_dict().items()}, "training": info},
                out_dir / f"{cell.cell_id}-seed{seed}.pt")
     row = {**cell.model_dump(), "seed": seed, "device": str(dev), **metrics,
            **{k: info.get(k) for k in ("epochs", "epsilon_prv", "epsilon_rdp", "noise_multiplier", "sample_rate",
                                         "steps", "delta", "accountant")}}
+    result_path.write_text(json.dumps({"key": key, "value": row}))  # last: marks the cell as done
     run_logger().info("fit %s seed %d: test AUROC %.3f%s", cell.cell_id, seed, metrics["auroc"],
                       f", epsilon {info['epsilon']:.3g} ({info['accountant']})" if "epsilon" in info else "")
     return row

@@ -46,3 +46,29 @@ def test_invalid_parameters_are_refused_before_running():
 
     with pytest.raises(ParameterTypeError, match="sum to 1"):
         pipeline(config={"split": {"train": 0.8, "dev": 0.1, "test": 0.2}})
+
+
+def test_a_restarted_run_does_not_redo_finished_cells(tmp_path, small_extract):
+    from tasks.privacy_ledger import read_ledger
+
+    config = PipelineConfig.model_validate({
+        "data": {"hdf5_path": str(small_extract)}, "artifacts_dir": str(tmp_path), "run_id": "resumable",
+        "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
+        "training": {"models": ["logistic_regression"], "seeds": 2, "non_private": {"max_epochs": 3},
+                     "dp_sgd": {"epochs": 2, "epsilons": [1.0]}}})
+    first = pipeline(config)
+    models = Path(first["run_dir"]) / "models"
+    results = sorted(models.glob("*.json"))
+    assert len(results) == 2 * 2 * 2  # labels x (non-private, dp) x seeds
+    lost = models / "mort_icu-logistic_regression-dp_sgd-bce-eps1-seed1.json"  # as if killed before it finished
+    lost.unlink()
+    kept = {p: p.stat().st_mtime_ns for p in results if p != lost}
+
+    with pytest.raises(Exception, match="exists"):
+        pipeline(config)  # the same run id without resume is refused
+    second = pipeline(config.model_copy(update={"resume": True}))
+    assert lost.exists()
+    assert all(p.stat().st_mtime_ns == t for p, t in kept.items())  # finished cells were not retrained
+    assert second["results"] == first["results"]  # seeded data order and noise: the retrained cell is identical
+    releases = [e.release for e in read_ledger(tmp_path / "ledger.jsonl")]
+    assert len(releases) == len(set(releases)) == 8

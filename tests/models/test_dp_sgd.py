@@ -32,3 +32,18 @@ def test_dp_sgd_learns_a_strong_signal_at_large_epsilon():
         accuracy = ((model(x) > 0).float() == y).float().mean()
     assert accuracy > 0.9
     assert result.privacy.epsilon <= 8.0
+
+
+def test_dp_sgd_is_reproducible_whatever_the_global_rng_state():
+    """Poisson sampling and noise use per-run seeded generators (concurrent runs share torch's global RNG)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 5, generator=g)
+    y = (x[:, 0] > 0).float()
+    weights = []
+    for global_seed in (100, 101):
+        torch.manual_seed(0)
+        model = LogisticRegression(5)
+        torch.manual_seed(global_seed)
+        model, _ = train_dp_sgd(model, x, y, DPSGDHyperparameters(batch_size=30, epochs=2), target_epsilon=1.0)
+        weights.append(model.linear.weight.detach().clone())
+    assert torch.equal(weights[0], weights[1])
