@@ -70,7 +70,9 @@ def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta
     try:
         prv = PRVAccountant()
         prv.history = [(noise_multiplier, sample_rate, steps)]
-        eps_prv = float(prv.get_epsilon(delta, eps_error=_prv_error(target_epsilon or eps_rdp)))
+        with warnings.catch_warnings():  # log(0) at the edge of PRV's domain for large q: harmless
+            warnings.simplefilter("ignore", RuntimeWarning)
+            eps_prv = float(prv.get_epsilon(delta, eps_error=_prv_error(target_epsilon or eps_rdp)))
     except (ValueError, RuntimeError, AssertionError):  # PRV's known numerical failures (opacus #591, #601)
         eps_prv = None
     return PrivacySpend(noise_multiplier, sample_rate, steps, delta, eps_prv, eps_rdp, target_epsilon)
@@ -80,8 +82,9 @@ def _sigma_for(accountant: str, target_epsilon: float, delta: float, sample_rate
     options = [{}, {"alphas": RDP_ORDERS}] if accountant == "rdp" else [{"eps_error": _prv_error(target_epsilon)}]
     for extra in options:  # RDP: Opacus's orders first (fast), the large orders only where those cannot reach
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings():  # RDP's "largest alpha" note; PRV's log(0) at its domain edge
                 warnings.simplefilter("ignore", UserWarning)
+                warnings.simplefilter("ignore", RuntimeWarning)
                 return get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta,
                                             sample_rate=sample_rate, steps=steps, accountant=accountant,
                                             epsilon_tolerance=_tolerance(target_epsilon), **extra)

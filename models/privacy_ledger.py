@@ -82,7 +82,9 @@ def _compose_dp_sgd(entries: list[LedgerEntry], delta: float) -> tuple[float | N
     try:
         prv = PRVAccountant()
         prv.history = list(history)
-        eps_prv = float(prv.get_epsilon(delta, eps_error=0.01))
+        with warnings.catch_warnings():  # log(0) at the edge of PRV's domain for large q: harmless
+            warnings.simplefilter("ignore", RuntimeWarning)
+            eps_prv = float(prv.get_epsilon(delta, eps_error=0.01))
     except (ValueError, RuntimeError, AssertionError):
         eps_prv = None
     return eps_prv, eps_rdp
