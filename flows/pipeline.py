@@ -25,7 +25,7 @@ from tasks.split import split_cohort
 from tasks.train import CONCURRENT_FITS, fit_and_evaluate, search_hyperparameters
 from tasks.versioning import version_run
 
-__all__ = ["pipeline"]
+__all__ = ["pipeline", "on_dask"]
 
 
 @flow(name="privehr-pipeline", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=CONCURRENT_FITS))
@@ -52,6 +52,19 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     if config.versioning.dvc:
         summary["versioning"] = version_run(run_dir, config.versioning.push)
     return summary
+
+
+def on_dask(address: str | None = None, n_workers: int = 2):
+    """The same flow with its task runs on a Dask cluster (prefect-dask).
+
+    ``address`` is a running scheduler (``tcp://host:8786``) whose workers see the repository and the
+    artifacts directory at the same paths; without it, a local cluster of ``n_workers`` processes.
+    """
+    from prefect_dask import DaskTaskRunner
+
+    runner = DaskTaskRunner(address=address) if address else DaskTaskRunner(
+        cluster_kwargs={"n_workers": n_workers, "threads_per_worker": 1, "processes": True})
+    return pipeline.with_options(task_runner=runner)
 
 
 if __name__ == "__main__":

@@ -87,10 +87,11 @@ def _cmd_run(args) -> int:
     config = _config_from(args)
     check_extract(config.data.hdf5_path)  # fail fast, before Prefect starts
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows.pipeline import pipeline
+    from flows.pipeline import on_dask, pipeline
     from tasks.report import results_table
 
-    summary = pipeline(config)
+    flow = on_dask(args.dask_address, args.dask_workers) if (args.dask or args.dask_address) else pipeline
+    summary = flow(config)
     versioning = summary.get("versioning", {})
     text = "\n".join([
         "", results_table(summary["results"]), "", summary["privacy_note"], f"figure: {summary['figure']}",
@@ -185,6 +186,9 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", parents=[common], help="run privehr-pipeline locally (no server needed)")
     add_config_options(run)
+    run.add_argument("--dask", action="store_true", help="run the task fan-out on a local Dask cluster")
+    run.add_argument("--dask-address", help="scheduler of a Dask cluster (tcp://host:8786) for the fan-out")
+    run.add_argument("--dask-workers", type=int, default=2, help="workers of the local Dask cluster")
     run.add_argument("--resume", action="store_true",
                      help="continue --run-id after a crash or kill: finished grid cells are not retrained")
     run.set_defaults(func=_cmd_run)
