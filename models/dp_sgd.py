@@ -17,6 +17,7 @@ feature statistics fitted on the same private data, and any hyperparameter tunin
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 
@@ -29,7 +30,7 @@ import models.grad_samplers  # noqa: F401  (registers Opacus rules for privehr's
 from models.losses import binary_loss
 from models.privacy_accounting import PrivacySpend, calibrate_noise_multiplier, epsilon_spent
 
-__all__ = ["DPSGDHyperparameters", "DPSGDResult", "train_dp_sgd"]
+__all__ = ["DPSGDHyperparameters", "DPSGDResult", "train_dp_sgd", "poisson_schedule"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,12 @@ class DPSGDResult:
     history: list[dict] = field(default_factory=list)
 
 
+def poisson_schedule(n: int, batch_size: int, epochs: int) -> tuple[float, int]:
+    """(q, T): Opacus samples with q = 1 / (batches per epoch) and takes that many steps per epoch."""
+    batches = math.ceil(n / min(batch_size, n))
+    return 1 / batches, epochs * batches
+
+
 def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: torch.Tensor,
                  hp: DPSGDHyperparameters, target_epsilon: float, delta: float = 1e-5,
                  loss: str = "bce", grad_sample_mode: str = "hooks") -> tuple[nn.Module, DPSGDResult]:
@@ -62,8 +69,7 @@ def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: t
     generator = torch.Generator().manual_seed(hp.seed)
     loader = DataLoader(TensorDataset(*[t.cpu() for t in x_train], y_train.cpu()),
                         batch_size=min(hp.batch_size, n), generator=generator)
-    sample_rate = 1 / len(loader)
-    steps = hp.epochs * len(loader)
+    sample_rate, steps = poisson_schedule(n, hp.batch_size, hp.epochs)  # = 1 / len(loader), epochs * len(loader)
     calibrated = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, steps)
 
     model.train()  # Opacus validates the module in training mode

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from prefect import task
 
+from models.dp_sgd import poisson_schedule
 from models.privacy_accounting import calibrate_noise_multiplier
 from models.privacy_ledger import LedgerEntry, LedgerTotal, compose_entries
 from privehr.config import Cell, PipelineConfig
@@ -63,9 +64,8 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], chosen: list[dict], co
     for cell, hp in zip(cells, chosen):
         if cell.method != "dp_sgd":
             continue
-        batches = math.ceil(n / min(hp["batch_size"], n))
-        spend = calibrate_noise_multiplier(cell.target_epsilon, training.dp_sgd.delta, 1 / batches,
-                                           hp["epochs"] * batches)
+        spend = calibrate_noise_multiplier(cell.target_epsilon, training.dp_sgd.delta,
+                                           *poisson_schedule(n, hp["batch_size"], hp["epochs"]))
         planned += [LedgerEntry(dataset, _release(run_dir, cell, s), "dp_sgd", spend.epsilon, spend.delta,
                                 spend.noise_multiplier, spend.sample_rate, spend.steps)
                     for s in range(training.seeds) if _release(run_dir, cell, s) not in recorded]  # resumed runs

@@ -83,15 +83,33 @@ def _train(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int, dev_
     return model, info
 
 
+def _result_key(run_dir: str, *parts) -> str:
+    """Identity of a result: the raw input's sha256 (as DVC tracks it), the split, and the task's parameters."""
+    run = Path(run_dir)
+    digest = hashlib.sha256(json.loads((run / "ingest.json").read_text())["sha256"].encode())
+    digest.update((run / "split_manifest.json").read_bytes())
+    digest.update(json.dumps(parts, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def _reuse(path: Path, key: str, field: str = "value"):
+    """``field`` of the result saved at ``path`` if it was computed for ``key`` (a resumed run), else None."""
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("key") == key:
+            return saved[field]
+    return None
+
+
 @task(name="search-hyperparameters")
 def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConfig, run_dir: str,
                            device: str = "auto") -> dict:
     """Try ``training.search_budget`` configurations on train/dev; write ``search/<cell>.json``; return the best."""
     out = Path(run_dir) / "search" / f"{cell.cell_id}.json"
     key = _result_key(run_dir, cell.model_dump(), training.model_dump())
-    if out.exists() and json.loads(out.read_text()).get("key") == key:
+    if (chosen := _reuse(out, key, "chosen")) is not None:
         run_logger().info("search %s: reused the result of an earlier attempt", cell.cell_id)
-        return json.loads(out.read_text())["chosen"]
+        return chosen
     _threads()
     dev = resolve_device(device)
     defaults = default_hyperparameters(cell, training)
@@ -114,24 +132,6 @@ def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConf
                                "chosen": chosen, "note": "tuned on private dev data; not accounted"}, indent=1))
     run_logger().info("search %s: %d configuration(s) trained, chose %s", cell.cell_id, len(trials), chosen)
     return chosen
-
-
-def _result_key(run_dir: str, *parts) -> str:
-    """Identity of a result: the raw input's sha256 (as DVC tracks it), the split, and the task's parameters."""
-    run = Path(run_dir)
-    digest = hashlib.sha256(json.loads((run / "ingest.json").read_text())["sha256"].encode())
-    digest.update((run / "split_manifest.json").read_bytes())
-    digest.update(json.dumps(parts, sort_keys=True, default=str).encode())
-    return digest.hexdigest()
-
-
-def _reuse(path: Path, key: str):
-    """The saved value at ``path`` if it was computed for ``key`` (a resumed run), else None."""
-    if path.exists():
-        saved = json.loads(path.read_text())
-        if saved.get("key") == key:
-            return saved["value"]
-    return None
 
 
 @task(name="fit-and-evaluate")
