@@ -53,7 +53,7 @@ def make_trainer(model_name, mode, x, y, batch_size, device):
     from torch.utils.data import DataLoader, TensorDataset
 
     torch.manual_seed(0)
-    model = build_classifier(model_name, x[0].shape[2], x[0].shape[1], hidden_size=32).to(device)
+    model = build_classifier(model_name, x[0].shape[2], x[0].shape[1], seed=0, hidden_size=32).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loader = DataLoader(TensorDataset(*_inputs(model_name, x), y), batch_size=batch_size, shuffle=True)
     if mode != "non_private":

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 from torch import nn
@@ -30,9 +32,20 @@ def classifier_inputs(name: str, values: np.ndarray, mask: np.ndarray, delta: np
     raise ValueError(f"unknown model {name!r}; choose one of {MODELS}")
 
 
-def build_classifier(name: str, n_variables: int, n_hours: int, *, hidden_size: int = 32,
+# torch's default initialisers draw from the process-wide generator; concurrent task runs (threads) that
+# seed it and then build a model would interleave their draws, so seeding and building happen under a lock.
+_INIT_LOCK = threading.Lock()
+
+
+def build_classifier(name: str, n_variables: int, n_hours: int, *, seed: int, hidden_size: int = 32,
                      batch_norm: bool = False, dropout: float = 0.0) -> nn.Module:
-    """A freshly initialised classifier (seed torch before calling for reproducible weights)."""
+    """A freshly initialised classifier whose weights depend on ``seed`` alone, whatever else runs."""
+    with _INIT_LOCK:
+        torch.manual_seed(seed)
+        return _construct(name, n_variables, n_hours, hidden_size, batch_norm, dropout)
+
+
+def _construct(name, n_variables, n_hours, hidden_size, batch_norm, dropout) -> nn.Module:
     if name == "logistic_regression":
         return LogisticRegression(3 * n_variables * n_hours)
     if name == "grud":

@@ -68,8 +68,7 @@ def train_shadow(config: AuditConfig, work: str, mechanism: str, shadow: int) ->
     inputs, y, shape = _population(config)
     keep = torch.as_tensor(np.load(Path(work) / "membership.npy")[shadow])
     seed = config.seed * 1000 + shadow
-    torch.manual_seed(seed)
-    model = build_classifier(config.model, shape[2], shape[1])
+    model = build_classifier(config.model, shape[2], shape[1], seed=seed)
     before = _logits(model, inputs)
     half = tuple(t[keep] for t in inputs)
     if mechanism == "non_private":

@@ -63,8 +63,7 @@ def _data(features_dir: str, splits: list[str], cell: Cell, device) -> tuple[tup
 def _train(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int, dev_data=None):
     """Train one model; return (model, info) where info holds epochs and, for DP-SGD, the privacy spent."""
     inputs, y, n_vars, n_hours = data
-    torch.manual_seed(seed)
-    model = build_classifier(cell.model, n_vars, n_hours, hidden_size=hp.get("hidden_size", 32),
+    model = build_classifier(cell.model, n_vars, n_hours, seed=seed, hidden_size=hp.get("hidden_size", 32),
                              batch_norm=training.grud.batch_norm and cell.method == "non_private").to(y.device)
     if cell.method == "non_private":
         params = TrainingHyperparameters(learning_rate=hp["learning_rate"], weight_decay=hp["weight_decay"],

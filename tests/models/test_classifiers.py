@@ -1,0 +1,21 @@
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from models.classifiers import build_classifier
+
+
+def _weights(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("name", ["logistic_regression", "grud"])
+def test_weights_depend_on_the_seed_alone_even_when_threads_build_at_once(name):
+    serial = {seed: _weights(build_classifier(name, 5, 4, seed=seed, hidden_size=8)) for seed in range(4)}
+    assert not torch.equal(serial[0], serial[1])
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        seeds = [s for _ in range(8) for s in range(4)]
+        built = list(pool.map(lambda s: (s, _weights(build_classifier(name, 5, 4, seed=s, hidden_size=8))), seeds))
+    for seed, weights in built:
+        assert torch.equal(weights, serial[seed])
