@@ -3,6 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 DATA    = data/mimic/all_hourly_data.h5
+EHR     = data/ehr/EHR_dataset.csv
 STAYS  ?= 2000
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 
@@ -16,13 +17,19 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
-# Demo inputs: a simulated MIMIC-Extract file, versioned as raw data with DVC.
+# Demo inputs: a simulated MIMIC-Extract file and a Harrod-shaped EHR table, versioned as raw data with DVC.
 $(DATA): | $(VENV)/.installed
 	$(BIN)/privehr demo-data mimic --out $(DATA) --stays $(STAYS) --seed 0
+
+$(EHR): | $(VENV)/.installed
+	$(BIN)/privehr demo-data ehr --out $(EHR) --seed 0
+
+$(VENV)/.data-versioned: $(DATA) $(EHR)
 	$(BIN)/dvc add data --quiet
 	$(BIN)/dvc push --quiet
+	touch $@
 
-demo: install $(DATA)
+demo: install $(VENV)/.data-versioned
 	$(BIN)/privehr run
 
 test: install

@@ -1,5 +1,5 @@
-"""privehr-pipeline: ingest -> cohort -> split -> features -> search[cell] -> budget check -> fit[cell, seed]
--> ledger -> report -> version.
+"""privehr-pipeline: ingest -> validate (GX gate) -> cohort -> split -> features -> search[cell]
+-> budget check -> fit[cell, seed] -> ledger -> report -> version.
 
 The flow only wires tasks; each task reads and writes files in ``artifacts/<run-id>/`` and passes
 paths on, so no patient-level value enters Prefect's database or result storage. Training fans out:
@@ -23,6 +23,7 @@ from tasks.report import write_report
 from tasks.run_directory import create_run_directory
 from tasks.split import split_cohort
 from tasks.train import CONCURRENT_FITS, fit_and_evaluate, search_hyperparameters
+from tasks.validate import validate_delivery
 from tasks.versioning import version_run
 
 __all__ = ["pipeline", "on_dask"]
@@ -35,7 +36,10 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     window = dict(window_hours=data.window_hours, gap_hours=data.gap_hours, chunk_rows=data.chunk_rows)
     run_dir = create_run_directory(config)
     ingest_extract(str(data.hdf5_path), run_dir, **window)
-    cohort = build_cohort(str(data.hdf5_path), run_dir, **window)
+    checks, spec = config.validation, str(config.validation.spec) if config.validation.spec else None
+    report = validate_delivery(str(data.hdf5_path), run_dir, mimic_spec=spec, stop_on_critical=checks.stop_on_critical,
+                               chunk_rows=checks.chunk_rows) if checks.enabled else None
+    cohort = build_cohort(str(data.hdf5_path), run_dir, **window, validation_report=report, mimic_spec=spec)
     manifest = split_cohort(cohort, config.split, run_dir)
     features = build_features(cohort, manifest, run_dir)
 

@@ -34,6 +34,77 @@ def _cmd_demo_data(args) -> int:
     return 0
 
 
+def _cmd_demo_ehr(args) -> int:
+    from tasks.demo_data import write_demo_ehr
+
+    if args.out.exists() and not args.force:
+        raise InputError(f"{args.out} exists; pass --force to overwrite it (raw inputs are never replaced silently).")
+    summary = write_demo_ehr(args.out, args.seed)
+    _emit(args, summary, f"wrote {summary['path']}: {summary['patients']} patients x {summary['attributes']} "
+                         f"attributes, {summary['missing_values']} missing values (transposed, like Harrod's file)")
+    return 0
+
+
+def _cmd_expectations_build(args) -> int:
+    from privehr.specs import SPEC_DIR, load_ehr_spec, load_mimic_spec
+    from tasks.expectation_suites import ehr_suite, mimic_suites, write_suites
+
+    suites = mimic_suites(load_mimic_spec())
+    suites += [ehr_suite(load_ehr_spec(p)) for p in sorted(SPEC_DIR.glob("*.yaml")) if p.stem != "mimic_extract"]
+    paths = write_suites(suites)
+    counts = {s.name: len(s.expectations) for s in suites}
+    _emit(args, {"suites": counts, "paths": paths},
+          "\n".join([f"wrote {len(paths)} suites from {SPEC_DIR}:"] + [f"  {p} ({counts[Path(p).stem]} expectations)"
+                                                                      for p in paths]))
+    return 0
+
+
+def _cmd_validate(args) -> int:
+    from privehr.config import StewardConfig
+
+    try:
+        config = StewardConfig.model_validate({
+            "paths": args.paths, "ehr_spec": args.ehr_spec, "artifacts_dir": args.artifacts_dir, "run_id": args.run_id,
+            "validation": {"spec": args.mimic_spec, "stop_on_critical": False}})
+    except ValueError as err:
+        raise InputError(f"invalid validate settings: {err}") from None
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.steward import validate
+    from tasks.validate import summary_markdown
+
+    result = validate(config)
+    reports = {p: json.loads(Path(r).read_text()) for p, r in result["deliveries"].items()}
+    _emit(args, {"run_dir": result["run_dir"], "passed": not result["failed"], "deliveries": reports},
+          "\n\n".join(summary_markdown(r) for r in reports.values()) + f"\n\nrun directory: {result['run_dir']}")
+    return 1 if result["failed"] else 0
+
+
+def _cmd_ehr_prepare(args) -> int:
+    from privehr.config import EHRPrepareConfig
+
+    try:
+        config = EHRPrepareConfig.model_validate({k: v for k, v in {
+            "path": args.data, "spec": args.spec, "run_id": args.run_id, "artifacts_dir": args.artifacts_dir,
+            "mice": {"m": args.m, "max_iter": args.iterations}}.items() if v is not None})
+    except ValueError as err:
+        raise InputError(f"invalid ehr-prepare settings: {err}") from None
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.ehr_prepare import ehr_prepare
+
+    result = ehr_prepare(config)
+    s = json.loads(Path(result["imputation"]).read_text())
+    text = "\n".join([
+        f"{s['input']} through spec {s['spec']}: {s['patients']['train']} train + {s['patients']['test']} test "
+        f"patients x {len(s['attributes'])} attributes (+ derived {s['derived']})",
+        f"  dropped: {', '.join(s['decisions']['dropped_attributes']) or 'none'}; quarantined: "
+        f"{s['decisions']['quarantined'] or 'none'}",
+        f"  MICE: {s['m']} datasets, {s['iterations']} rounds, missing after: {s['missing_after']}, within bounds: "
+        f"{s['within_bounds']}, max R-hat {s['convergence']['max_rhat']}",
+        f"run directory: {result['run_dir']}"])
+    _emit(args, {**result, "imputation_summary": s}, text)
+    return 0
+
+
 def _cmd_inspect(args) -> int:
     from tasks.mimic_extract import inspect_extract
 
@@ -167,6 +238,36 @@ def _parser() -> argparse.ArgumentParser:
     mimic.add_argument("--codes", action="store_true", help="also write the optional 'codes' key")
     mimic.add_argument("--force", action="store_true", help="overwrite an existing file")
     mimic.set_defaults(func=_cmd_demo_data)
+
+    ehr = demo_sub.add_parser("ehr", parents=[common], help="a simulated EHR table shaped like Harrod's (seed 002)")
+    ehr.add_argument("--out", type=Path, required=True, help="output .csv path")
+    ehr.add_argument("--seed", type=int, default=0)
+    ehr.add_argument("--force", action="store_true", help="overwrite an existing file")
+    ehr.set_defaults(func=_cmd_demo_ehr)
+
+    expectations = sub.add_parser("expectations", help="Great Expectations suites in expectations/")
+    expectations_sub = expectations.add_subparsers(dest="expectations_command", required=True)
+    build = expectations_sub.add_parser("build", parents=[common],
+                                        help="regenerate the suites from expectations/specs (review the diff)")
+    build.set_defaults(func=_cmd_expectations_build)
+
+    validate = sub.add_parser("validate", parents=[common], help="validate deliveries (no training); exit 1 "
+                              "when a critical expectation fails")
+    validate.add_argument("paths", nargs="+", type=Path, help="all_hourly_data.h5 files and/or EHR tables (CSV)")
+    validate.add_argument("--ehr-spec", default="harrod_ehr", help="spec of the CSV tables (name or YAML path)")
+    validate.add_argument("--mimic-spec", type=Path, help="MIMIC-Extract spec YAML (default: the bundled one)")
+    validate.add_argument("--run-id")
+    validate.add_argument("--artifacts-dir", type=Path, default=Path("artifacts"))
+    validate.set_defaults(func=_cmd_validate)
+
+    prepare = sub.add_parser("ehr-prepare", parents=[common], help="validate, split and MICE-impute an EHR table")
+    prepare.add_argument("--data", type=Path, help="the table (default data/ehr/EHR_dataset.csv)")
+    prepare.add_argument("--spec", help="spec name or YAML path (default harrod_ehr)")
+    prepare.add_argument("--m", type=int, help="imputed datasets (default 5)")
+    prepare.add_argument("--iterations", type=int, help="MICE rounds (default 10)")
+    prepare.add_argument("--run-id")
+    prepare.add_argument("--artifacts-dir", type=Path)
+    prepare.set_defaults(func=_cmd_ehr_prepare)
 
     inspect = sub.add_parser("inspect", parents=[common], help="summarise an all_hourly_data.h5")
     inspect.add_argument("path", type=Path)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privehr.errors import InputError
 
-__all__ = ["DataConfig", "SplitConfig", "NonPrivateConfig", "DPSGDConfig", "GRUDConfig", "TrainingConfig",
+__all__ = ["DataConfig", "ValidationConfig", "StewardConfig", "MICEConfig", "EHRPrepareConfig", "SplitConfig", "NonPrivateConfig", "DPSGDConfig", "GRUDConfig", "TrainingConfig",
            "Cell", "AuditConfig", "PrivacyConfig", "VersioningConfig", "PipelineConfig", "PROFILES", "load_config"]
 
 Label = Literal["mort_icu", "los_3"]
@@ -36,6 +36,48 @@ class DataConfig(_Strict):
     window_hours: int = Field(24, ge=1, le=240, description="hours of input per stay")
     gap_hours: int = Field(6, ge=0, le=240, description="cohort: max_hours > window + gap")
     chunk_rows: int = Field(32768, ge=256, description="hourly rows read at a time (bounds memory)")
+
+
+class ValidationConfig(_Strict):
+    """Great Expectations gate before training (suites in ``expectations/``, from the specs)."""
+
+    enabled: bool = True
+    spec: Path | None = Field(None, description="MIMIC-Extract spec YAML (default expectations/specs/mimic_extract.yaml)")
+    stop_on_critical: bool = Field(True, description="a failed critical expectation stops the run before training")
+    chunk_rows: int = Field(65536, ge=256, description="hourly rows streamed at a time")
+
+
+class StewardConfig(_Strict):
+    """``privehr-validate``: validate deliveries and report, train nothing."""
+
+    paths: list[Path] = Field(default_factory=lambda: [Path("data/mimic/all_hourly_data.h5")], min_length=1,
+                              description="all_hourly_data.h5 files and/or EHR tables (CSV)")
+    ehr_spec: str = Field("harrod_ehr", description="spec (name in expectations/specs or path) of the CSV tables")
+    validation: ValidationConfig = ValidationConfig()
+    artifacts_dir: Path = Path("artifacts")
+    run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$")
+
+
+class MICEConfig(_Strict):
+    """Multiple imputation by chained equations (scikit-learn IterativeImputer, posterior draws)."""
+
+    m: int = Field(5, ge=1, description="imputed datasets")
+    max_iter: int = Field(10, ge=1, description="rounds of the chained equations")
+    seed: int = 0
+    trace: bool = Field(True, description="record per-round means and R-hat (costs max_iter/2 extra fits)")
+
+
+class EHRPrepareConfig(_Strict):
+    """``privehr-ehr-prepare``: validate a small EHR table, split it by patient, impute it with MICE."""
+
+    path: Path = Field(Path("data/ehr/EHR_dataset.csv"), description="the table (read only)")
+    spec: str = Field("harrod_ehr", description="spec name in expectations/specs, or a YAML path")
+    test_fraction: float = Field(20 / 84, gt=0, lt=1, description="held-out patients (seed 002: 20 of 84)")
+    split_seed: int = 1
+    mice: MICEConfig = MICEConfig()
+    stop_on_critical: bool = True
+    artifacts_dir: Path = Path("artifacts")
+    run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$")
 
 
 class SplitConfig(_Strict):
@@ -150,6 +192,7 @@ class PipelineConfig(_Strict):
     """Everything one run of ``privehr-pipeline`` needs."""
 
     data: DataConfig = DataConfig()
+    validation: ValidationConfig = ValidationConfig()
     split: SplitConfig = SplitConfig()
     labels: list[Label] = Field(default_factory=lambda: ["mort_icu", "los_3"], min_length=1)
     training: TrainingConfig = TrainingConfig()

@@ -6,29 +6,53 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from prefect import task
 
 from models.cohort import select_cohort
+from models.quarantine import mask_beyond_bounds
+from privehr.specs import load_mimic_spec
 from tasks.mimic_extract import read_patients, read_window
 from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import run_logger
+from tasks.validation import EXCLUDED_STAYS
 
 __all__ = ["build_cohort", "load_cohort"]
 
 
+def _quarantined_stays(validation_report: str | None) -> set[int]:
+    if validation_report is None:
+        return set()
+    report = json.loads(Path(validation_report).read_text())
+    excluded = pd.read_csv(Path(report["quarantine_dir"]) / EXCLUDED_STAYS)
+    return set(excluded["icustay_id"].astype("int64"))
+
+
 @task(name="cohort")
 def build_cohort(hdf5_path: str, run_dir: str, window_hours: int = 24, gap_hours: int = 6,
-                 chunk_rows: int = 32768) -> str:
-    """Write the cohort window (``intermediate/cohort.npz``) and ``cohort.json`` (counts); return the npz path."""
-    cohort = select_cohort(read_patients(hdf5_path), window_hours, gap_hours)
+                 chunk_rows: int = 32768, validation_report: str | None = None, mimic_spec: str | None = None) -> str:
+    """Write the cohort window (``intermediate/cohort.npz``) and ``cohort.json`` (counts); return the npz path.
+
+    With a ``validation_report``, the stays it quarantined are left out (counted as ``quarantined``) and
+    hourly values beyond the spec's outlier bounds are treated as missing, as the quarantine lists them.
+    """
+    patients = read_patients(hdf5_path)
+    quarantined = _quarantined_stays(validation_report)
+    keep = ~patients.index.get_level_values("icustay_id").isin(list(quarantined))
+    cohort = select_cohort(patients[keep], window_hours, gap_hours)
+    cohort.exclusions = {"quarantined": int((~keep).sum()), **cohort.exclusions}
     window = read_window(hdf5_path, cohort.stays["icustay_id"].to_numpy(), window_hours, chunk_rows)
+    masked = 0
+    if validation_report is not None:
+        bounds = load_mimic_spec(mimic_spec).bounds()
+        masked = mask_beyond_bounds(window.mean, window.count, window.variables, bounds)
     out = Path(run_dir) / INTERMEDIATE / "cohort.npz"
     np.savez(out, mean=window.mean, count=window.count, variables=np.array(window.variables),
              **{c: cohort.stays[c].to_numpy() for c in cohort.stays.columns})
     summary = {"stays": int(len(cohort.stays)), "subjects": int(cohort.stays["subject_id"].nunique()),
                "variables": len(window.variables), "window_hours": window_hours,
                "label_rates": cohort.label_rates(), "exclusions": cohort.exclusions,
-               "missing_hour_rows": int(window.missing_rows),
+               "missing_hour_rows": int(window.missing_rows), "values_masked_beyond_outlier": masked,
                "missing_fraction_means": float(np.isnan(window.mean).mean()) if window.mean.size else None}
     (Path(run_dir) / "cohort.json").write_text(json.dumps(summary, indent=2))
     run_logger().info("cohort: %d stays kept, excluded %s", summary["stays"], cohort.exclusions)

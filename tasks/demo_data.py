@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from models.ehr_simulator import simulate_ehr_table
 from models.severity_simulator import SimulatedExtract, simulate_extract
 from privehr.resources import mimic_extract_variables
 
-__all__ = ["write_demo_mimic", "write_extract"]
+__all__ = ["write_demo_mimic", "write_extract", "write_demo_ehr"]
 
 
 def write_demo_mimic(out: Path, n_stays: int = 2000, seed: int = 0, *, n_variables: int | None = None,
@@ -51,3 +52,17 @@ def write_extract(sim: SimulatedExtract, out: Path) -> None:
         sim.patients.to_hdf(tmp, key="patients", format="table")
         sim.vitals_labs_mean.to_hdf(tmp, key="vitals_labs_mean")
     tmp.replace(out)
+
+
+def write_demo_ehr(out: Path, seed: int = 0) -> dict:
+    """Simulate a Harrod-shaped EHR table and write it as the real file is laid out: transposed (one row
+    per attribute, name first, one column per patient), no header, ``none`` for missing values."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table = simulate_ehr_table(seed)
+    lines = [",".join([name] + ["none" if pd.isna(v) else f"{v:.1f}" for v in table[name]]) for name in table.columns]
+    tmp = out.with_name(out.name + ".partial")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(out)
+    return {"path": str(out), "patients": int(len(table)), "attributes": int(table.shape[1]),
+            "missing_values": int(table.isna().sum().sum()), "bytes": out.stat().st_size}

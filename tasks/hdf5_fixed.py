@@ -46,6 +46,11 @@ def _read_axis(group: h5py.Group, prefix: str) -> pd.Index:
     return pd.Index(values)
 
 
+def _is_empty_placeholder(dataset: h5py.Dataset) -> bool:
+    """PyTables writes a zero-size array as a one-element placeholder with a ``shape`` attribute."""
+    return "shape" in dataset.attrs and dataset.size == 1
+
+
 class FixedFrame:
     """Lazy, read-only view of one fixed-format frame: index and columns now, values on demand.
 
@@ -77,6 +82,8 @@ class FixedFrame:
 
     def _row_count(self) -> int:
         positions, values, transposed = self._blocks[0]
+        if _is_empty_placeholder(values):
+            return 0
         return values.shape[0] if transposed else values.shape[1]
 
     @property
@@ -92,7 +99,8 @@ class FixedFrame:
         if name not in names:
             raise InputError(f"key '{self.key}' has row index levels {names}; '{name}' is required.")
         i = names.index(name)
-        codes = self._group[f"axis1_label{i}"][()]
+        labels = self._group[f"axis1_label{i}"]
+        codes = np.empty(0, np.int64) if _is_empty_placeholder(labels) else labels[()]
         if (codes < 0).any():
             raise InputError(f"key '{self.key}' has missing values in index level '{name}'; "
                              "every row needs subject_id, hadm_id, icustay_id and hours_in.")

@@ -11,6 +11,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from prefect import task
+from pydantic import BaseModel
 
 from privehr.config import PipelineConfig
 from privehr.errors import InputError
@@ -34,20 +35,24 @@ def _git_commit() -> str | None:
 
 
 @task(name="create-run-directory")
-def create_run_directory(config: PipelineConfig) -> str:
-    """Make the run directory and write ``config.json`` and ``provenance.json``; return its path."""
+def create_run_directory(config: PipelineConfig | BaseModel) -> str:
+    """Make the run directory and write ``config.json`` and ``provenance.json``; return its path.
+
+    ``config`` is any run configuration with ``run_id`` and ``artifacts_dir`` (and optionally ``resume``)."""
     run_id = config.run_id or new_run_id()
     run_dir = Path(config.artifacts_dir) / run_id
-    if run_dir.exists() and not config.resume:
+    resume = getattr(config, "resume", False)
+    if run_dir.exists() and not resume:
         raise InputError(f"run directory {run_dir} exists; choose another run id, or pass resume to continue it")
-    if config.resume and (run_dir / "config.json").exists():
-        previous = PipelineConfig.model_validate_json((run_dir / "config.json").read_text())
+    if resume and (run_dir / "config.json").exists():
+        previous = type(config).model_validate_json((run_dir / "config.json").read_text())
         if previous.model_copy(update={"resume": True}) != config:
             raise InputError(f"run {run_id} was made with a different configuration; resume only continues the "
                              "same run (see its config.json), start a new run id otherwise")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / INTERMEDIATE).mkdir(exist_ok=True)
-    (run_dir / "config.json").write_text(config.model_copy(update={"resume": False}).model_dump_json(indent=2))
+    saved = config.model_copy(update={"resume": False}) if resume else config
+    (run_dir / "config.json").write_text(saved.model_dump_json(indent=2))
     provenance = {
         "run_id": run_id,
         "created_utc": datetime.now(timezone.utc).isoformat(),

@@ -14,6 +14,7 @@ import pytest  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DEMO_EXTRACT = SHARED / "mimic_extract" / "demo" / "all_hourly_data.h5"
+HARROD_TABLE = SHARED / "reference_data" / "harrod_ehr" / "EHR_dataset.csv"
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +24,15 @@ def real_demo_extract() -> Path:
         pytest.skip(f"{DEMO_EXTRACT} not found: the real demo extract lives in ../shared (present in CI, "
                     "absent from a plain clone)")
     return DEMO_EXTRACT
+
+
+@pytest.fixture(scope="session")
+def harrod() -> Path:
+    """Harrod et al.'s hemodynamic EHR table of seed 002 (transposed CSV; only beside a CI checkout)."""
+    if not HARROD_TABLE.exists():
+        pytest.skip(f"{HARROD_TABLE} not found: the Harrod table lives in ../shared (present in CI, absent from a "
+                    "plain clone)")
+    return HARROD_TABLE
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,21 @@
+"""privehr-ehr-prepare: a small EHR table -> validated -> split by patient -> m MICE-imputed datasets."""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from privehr.config import EHRPrepareConfig
+from tasks.impute import impute_ehr
+from tasks.run_directory import create_run_directory
+from tasks.validate import validate_delivery
+
+__all__ = ["ehr_prepare"]
+
+
+@flow(name="privehr-ehr-prepare", log_prints=False)
+def ehr_prepare(config: EHRPrepareConfig = EHRPrepareConfig()) -> dict:
+    """Validate ``config.path`` through its spec, then impute; return the run's report paths."""
+    run_dir = create_run_directory(config)
+    report = validate_delivery(str(config.path), run_dir, config.spec, stop_on_critical=config.stop_on_critical)
+    imputation = impute_ehr(config, run_dir)
+    return {"run_dir": run_dir, "validation": report, "imputation": imputation}

@@ -1,0 +1,110 @@
+"""Row-level checks that isolate suspect records instead of dropping them silently.
+
+Each check returns a *quarantine frame*: one row per suspect record (or value) with the record's ids,
+the ``column`` concerned (empty for whole-record reasons), the ``value`` and a ``reason``. Callers
+write the frames to ``artifacts/<run-id>/quarantine/`` and exclude or mask what they list.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["QUARANTINE_COLUMNS", "mask_beyond_bounds", "beyond_bounds", "missing_ids", "duplicate_keys", "outside_domain",
+           "below", "outside_range", "empty_records", "combine"]
+
+QUARANTINE_COLUMNS = ["column", "value", "reason"]
+
+
+def _frame(ids: pd.DataFrame, column: str, values, reason) -> pd.DataFrame:
+    out = ids.reset_index(drop=True).copy()
+    out["column"] = column
+    out["value"] = np.asarray(values, dtype=object) if len(ids) else []
+    out["reason"] = reason if isinstance(reason, str) else list(reason)
+    return out
+
+
+def beyond_bounds(frame: pd.DataFrame, bounds: dict[str, tuple[float | None, float | None]],
+                  id_columns: list[str], what: str = "bounds") -> pd.DataFrame:
+    """Values of each bounded column below its low or above its high bound (NaN is not suspect)."""
+    parts = []
+    for column, (low, high) in bounds.items():
+        if column not in frame:
+            continue
+        v = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+        lo = v < low if low is not None else np.zeros(v.shape, bool)
+        hi = v > high if high is not None else np.zeros(v.shape, bool)
+        bad = lo | hi
+        if bad.any():
+            reasons = np.where(lo[bad], f"below {what} low {low}", f"above {what} high {high}")
+            parts.append(_frame(frame.loc[bad, id_columns], column, v[bad], reasons))
+    return combine(parts, id_columns)
+
+
+def missing_ids(frame: pd.DataFrame, id_columns: list[str]) -> pd.DataFrame:
+    bad = frame[id_columns].isna().any(axis=1).to_numpy()
+    return _frame(frame.loc[bad, id_columns], "", [None] * int(bad.sum()), "missing id")
+
+
+def duplicate_keys(frame: pd.DataFrame, key_columns: list[str], id_columns: list[str]) -> pd.DataFrame:
+    """Every record whose key occurs more than once (all copies: none is trusted over another)."""
+    bad = frame.duplicated(key_columns, keep=False).to_numpy()
+    return _frame(frame.loc[bad, id_columns], "", [None] * int(bad.sum()),
+                  f"duplicate key ({', '.join(key_columns)})")
+
+
+def outside_domain(frame: pd.DataFrame, column: str, domain: list, id_columns: list[str]) -> pd.DataFrame:
+    """Values of ``column`` that are missing or not in ``domain``."""
+    v = frame[column]
+    bad = (v.isna() | ~v.isin(domain)).to_numpy()
+    reasons = np.where(v.isna().to_numpy()[bad], "missing label", f"label not in {domain}")
+    return _frame(frame.loc[bad, id_columns], column, v.to_numpy()[bad], reasons)
+
+
+def below(frame: pd.DataFrame, column: str, minimum: float, id_columns: list[str], reason: str) -> pd.DataFrame:
+    v = pd.to_numeric(frame[column], errors="coerce")
+    bad = (v < minimum).to_numpy()
+    return _frame(frame.loc[bad, id_columns], column, v.to_numpy()[bad], reason)
+
+
+def outside_range(values: pd.Series, low: float, high: float, ids: pd.DataFrame, column: str,
+                  reason: str) -> pd.DataFrame:
+    v = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+    bad = (v < low) | (v > high)
+    return _frame(ids.loc[bad], column, v[bad], reason)
+
+
+def empty_records(frame: pd.DataFrame, columns: list[str], id_columns: list[str]) -> pd.DataFrame:
+    """Records with no value in any of ``columns``."""
+    bad = frame[columns].isna().all(axis=1).to_numpy()
+    return _frame(frame.loc[bad, id_columns], "", [None] * int(bad.sum()), "no value in any kept attribute")
+
+
+def combine(parts: list[pd.DataFrame], id_columns: list[str]) -> pd.DataFrame:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame(columns=id_columns + QUARANTINE_COLUMNS)
+    return pd.concat(parts, ignore_index=True)
+
+
+def mask_beyond_bounds(mean: np.ndarray, count: np.ndarray, variables: list[str], bounds: dict) -> int:
+    """In place: hourly means beyond each variable's outlier bounds become missing (count 0).
+
+    ``mean``/``count`` are (..., variables); ``bounds`` maps a variable to an object with ``hard_low``
+    and ``hard_high`` (None: unbounded). Returns how many values were masked."""
+    masked = 0
+    for j, name in enumerate(variables):
+        b = bounds.get(name)
+        if b is None:
+            continue
+        v = mean[..., j]
+        with np.errstate(invalid="ignore"):
+            bad = np.zeros(v.shape, bool)
+            if b.hard_low is not None:
+                bad |= v < b.hard_low
+            if b.hard_high is not None:
+                bad |= v > b.hard_high
+        v[bad] = np.nan
+        count[..., j][bad] = 0
+        masked += int(bad.sum())
+    return masked

@@ -1,0 +1,137 @@
+"""Read a small EHR table through its spec (``expectations/specs/<name>.yaml``), read only.
+
+Layout (either orientation), NA tokens and ids come from the spec. Suspect cells and records are
+quarantined with a reason, never dropped silently: non-numeric tokens and values beyond the
+physiological bounds are masked (set missing); records without any kept value and records with a
+missing or duplicate id are removed. Attributes missing in more patients than the spec allows are
+dropped as a recorded decision (seed 002 drops 7 of Harrod's 26 attributes this way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from models import quarantine as q
+from privehr.errors import InputError
+from privehr.specs import EHRTableSpec
+
+__all__ = ["EHRTable", "read_ehr_table", "parse_ehr_table", "ID"]
+
+ID = "patient_id"
+
+
+@dataclass
+class EHRTable:
+    """``frame``: kept records x kept attributes (float, NaN = missing), indexed by ``patient_id``.
+    ``parsed``: every spec attribute as read (numbers, before masking), for validation.
+    ``quarantine``: suspect records and cells with reasons. ``decisions``: counts and dropped columns."""
+
+    frame: pd.DataFrame
+    parsed: pd.DataFrame
+    quarantine: pd.DataFrame
+    decisions: dict = field(default_factory=dict)
+
+
+def _raw_attributes(path: Path, spec: EHRTableSpec) -> pd.DataFrame:
+    """The file as strings, one row per record and one column per attribute (no ids generated yet)."""
+    if not path.exists():
+        raise InputError(f"{spec.name}: file not found: {path}. Pass the table's path.")
+    if path.stat().st_size == 0:
+        raise InputError(f"{spec.name}: {path} is empty (0 bytes). Deliver the table again.")
+    try:
+        raw = pd.read_csv(path, header=0 if spec.file.header else None, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise InputError(f"{spec.name}: {path} cannot be parsed as CSV ({err}).") from None
+    names = set(spec.bounds()) | ({spec.id_column} if spec.id_column else set())
+    first_column = set(raw.iloc[:, 0].str.strip()) if raw.shape[1] else set()
+    first_row = set((raw.columns if spec.file.header else raw.iloc[0] if len(raw) else []))
+    if spec.file.orientation == "attributes_as_rows":
+        if len(names & first_column) < len(names & {str(x).strip() for x in first_row}):
+            raise InputError(f"{spec.name}: {path} has attribute names in its first row, but the spec says "
+                             "attributes_as_rows (one row per attribute). Transpose the file or set "
+                             "file.orientation: attributes_as_columns in the spec.")
+        table = raw.set_index(raw.columns[0]).T.reset_index(drop=True)
+        table.columns = [str(c).strip() for c in table.columns]
+    else:
+        if len(names & {str(x).strip() for x in first_row}) < len(names & first_column):
+            raise InputError(f"{spec.name}: {path} has attribute names in its first column, but the spec says "
+                             "attributes_as_columns. Transpose the file or set file.orientation: "
+                             "attributes_as_rows in the spec.")
+        table = raw.copy()
+        if not spec.file.header:
+            table.columns, table = [str(c).strip() for c in table.iloc[0]], table.iloc[1:].reset_index(drop=True)
+        table.columns = [str(c).strip() for c in table.columns]
+    if table.empty:
+        raise InputError(f"{spec.name}: {path} holds no records. Deliver a table with at least "
+                         f"{spec.min_rows} record(s).")
+    unknown = [c for c in table.columns if c not in names]
+    if unknown:
+        raise InputError(f"{spec.name}: {path} has attribute(s) {unknown} that the spec does not define. Add them "
+                         "to the spec (unit and bounds) or remove them from the file.")
+    absent = [a for a in spec.bounds() if a not in table.columns]
+    if absent:
+        raise InputError(f"{spec.name}: {path} lacks the attribute(s) {absent} that the spec requires. Deliver "
+                         "them (all values may be missing) or remove them from the spec.")
+    if table.columns.duplicated().any():
+        raise InputError(f"{spec.name}: {path} repeats attribute(s) "
+                         f"{sorted(set(table.columns[table.columns.duplicated()]))}; keep one of each.")
+    return table
+
+
+def parse_ehr_table(table: pd.DataFrame, spec: EHRTableSpec) -> EHRTable:
+    """Strings -> numbers, ids, quarantine and the missingness decision (pure, no IO)."""
+    table = table.copy()
+    if spec.id_column:
+        ids = table.pop(spec.id_column).str.strip().replace(dict.fromkeys(spec.file.na_tokens, np.nan))
+    else:
+        ids = pd.Series([f"{spec.id_prefix}{i + 1:04d}" for i in range(len(table))])
+    table.insert(0, ID, ids.to_numpy())
+    attributes = list(spec.bounds())
+    tokens = table[attributes].apply(lambda s: s.str.strip())
+    is_na = tokens.isin(spec.file.na_tokens)
+    numbers = tokens.where(~is_na).apply(pd.to_numeric, errors="coerce")
+    non_numeric = numbers.isna() & ~is_na
+    parts = []
+    for column in attributes:
+        bad = non_numeric[column].to_numpy()
+        if bad.any():
+            parts.append(q._frame(table.loc[bad, [ID]], column, tokens.loc[bad, column],
+                                  "non-numeric token (not a number and not an NA token of the spec)"))
+    parsed = pd.concat([table[[ID]], numbers], axis=1)
+    bounds = {a.name: (a.valid_low, a.valid_high) for a in spec.attributes}
+    parts.append(q.beyond_bounds(parsed, bounds, [ID], "physiological"))
+    parts += [q.missing_ids(parsed, [ID]), q.duplicate_keys(parsed.dropna(subset=[ID]), [ID], [ID])]
+    quarantine = q.combine(parts, [ID])
+
+    values = numbers.copy()
+    masked = quarantine[quarantine["column"] != ""]
+    for column, rows in masked.groupby("column").groups.items():
+        values.loc[parsed[ID].isin(masked.loc[rows, ID]), column] = np.nan
+    bad_records = set(quarantine.loc[quarantine["column"] == "", ID].dropna())
+    keep_rows = parsed[ID].notna() & ~parsed[ID].isin(bad_records)
+    values, ids = values[keep_rows.to_numpy()], parsed.loc[keep_rows, ID]
+
+    missing = values.isna().sum()
+    limit = spec.drop_attributes_missing_in_more_than
+    dropped = {c: int(n) for c, n in missing.items() if (limit is not None and n > limit) or n == len(values)}
+    kept = [c for c in attributes if c not in dropped]
+    frame = values[kept].set_axis(pd.Index(ids.to_numpy(), name=ID))
+    empty = q.empty_records(frame.reset_index(), kept, [ID])
+    frame = frame[~frame.index.isin(empty[ID])]
+    quarantine = q.combine([quarantine, empty], [ID])
+    decisions = {"records_read": int(len(table)), "records_kept": int(len(frame)),
+                 "attributes_read": len(attributes), "attributes_kept": len(kept),
+                 "dropped_attributes": dropped,
+                 "drop_rule": f"missing in more than {limit} records, or in all" if limit is not None
+                 else "missing in all records",
+                 "quarantined": quarantine["reason"].value_counts().to_dict()}
+    return EHRTable(frame, parsed, quarantine, decisions)
+
+
+def read_ehr_table(path: str | Path, spec: EHRTableSpec) -> EHRTable:
+    """Read ``path`` through ``spec`` (the file is only read)."""
+    return parse_ehr_table(_raw_attributes(Path(path), spec), spec)

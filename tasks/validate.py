@@ -1,0 +1,79 @@
+"""The validation gate as Prefect tasks: validate, publish the steward's artifacts, stop on critical.
+
+Artifacts (counts and rules only, never patient values): a markdown summary, a table of failed
+expectations (table, expectation, severity, observed, fix) and a link to the Data Docs page.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+
+from privehr.specs import load_ehr_spec, load_mimic_spec
+from tasks.report import in_prefect_run
+from tasks.run_logging import run_logger
+from tasks.validation import ValidationFailed, failure_message, output_dirs, validate_ehr, validate_extract
+
+__all__ = ["validate_delivery", "summary_markdown", "is_hdf5"]
+
+
+def is_hdf5(path: str | Path) -> bool:
+    return Path(path).suffix.lower() in (".h5", ".hdf5", ".hdf")
+
+
+def summary_markdown(summary: dict) -> str:
+    verdict = "passed" if summary["passed"] else "FAILED (critical)"
+    lines = [f"# Validation of `{Path(summary['input']).name}`: {verdict}", "",
+             f"- expectations evaluated: {summary['expectations']}; failed critical: "
+             f"{len(summary['failed_critical'])}; failed warnings: {len(summary['failed_warning'])}"]
+    for key in ("stays", "hourly_rows", "variables", "excluded_stays", "values_beyond_outlier", "records_read",
+                "records_kept", "attributes_read", "attributes_kept"):
+        if key in summary:
+            lines.append(f"- {key.replace('_', ' ')}: {summary[key]}")
+    if summary.get("dropped_attributes"):
+        lines.append(f"- dropped attributes ({summary['drop_rule']}): "
+                     + ", ".join(f"{k} ({v} missing)" for k, v in summary["dropped_attributes"].items()))
+    for table, counts in summary["quarantine"].items():
+        reasons = "; ".join(f"{r}: {n}" for r, n in counts["by_reason"].items()) or "none"
+        lines.append(f"- {Path(summary['quarantine_dir']) / (table + '.csv')}: {counts['rows']} row(s) ({reasons})")
+    failed = summary["failed_critical"] + summary["failed_warning"]
+    if failed:
+        lines += ["", "| table | severity | rule | observed | fix |", "|---|---|---|---|---|"]
+        lines += [f"| {r['table']} | {r['severity']} | {r['rule']} | {r['observed']} | {r['fix']} |" for r in failed]
+    lines += ["", f"Data Docs: `{summary['data_docs']}`"]
+    return "\n".join(lines)
+
+
+def _publish(summary: dict) -> None:
+    if not in_prefect_run():
+        return
+    create_markdown_artifact(summary_markdown(summary), description="validation summary")
+    failed = summary["failed_critical"] + summary["failed_warning"]
+    create_table_artifact([{k: r[k] for k in ("table", "expectation", "column", "severity", "observed", "fix")}
+                           for r in failed] or [{"table": "", "expectation": "none failed", "column": "",
+                                                 "severity": "", "observed": "", "fix": ""}],
+                          description="failed expectations")
+    create_link_artifact(Path(summary["data_docs"]).resolve().as_uri(), link_text="Data Docs",
+                         description="Great Expectations Data Docs of this validation")
+
+
+@task(name="validate")
+def validate_delivery(path: str, run_dir: str, ehr_spec: str = "harrod_ehr", mimic_spec: str | None = None,
+                      stop_on_critical: bool = True, chunk_rows: int = 65536) -> str:
+    """Validate one delivery (HDF5 -> MIMIC-Extract suites, CSV -> its EHR spec); return validation.json's
+    path. Raises ``ValidationFailed`` (after writing every report) when a critical expectation fails."""
+    if is_hdf5(path):
+        summary = validate_extract(path, run_dir, load_mimic_spec(mimic_spec), chunk_rows)
+    else:
+        spec = load_ehr_spec(ehr_spec)
+        summary, _ = validate_ehr(path, run_dir, spec)
+    _publish(summary)
+    quarantined = sum(c["rows"] for c in summary["quarantine"].values())
+    run_logger().info("validate %s: %d expectations, %d critical and %d warning failures, %d quarantined rows",
+                      Path(path).name, summary["expectations"], len(summary["failed_critical"]),
+                      len(summary["failed_warning"]), quarantined)
+    if not summary["passed"] and stop_on_critical:
+        raise ValidationFailed(failure_message(summary))
+    return str(output_dirs(run_dir, path)[0] / "validation.json")

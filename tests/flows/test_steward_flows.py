@@ -1,0 +1,80 @@
+"""privehr-validate and privehr-ehr-prepare under the Prefect harness, and the pipeline's validation gate."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from prefect.client.orchestration import get_client
+
+from flows.ehr_prepare import ehr_prepare
+from flows.pipeline import pipeline
+from flows.steward import validate
+from privehr.config import EHRPrepareConfig, PipelineConfig, StewardConfig
+from tasks.demo_data import write_demo_ehr
+from tasks.validation import ValidationFailed
+
+
+@pytest.fixture(scope="module")
+def fahrenheit(tmp_path_factory, small_extract):
+    """The small extract with temperatures written in degrees Fahrenheit."""
+    import warnings
+
+    path = tmp_path_factory.mktemp("bad") / "fahrenheit.h5"
+    path.write_bytes(small_extract.read_bytes())
+    vitals = pd.read_hdf(small_extract, "vitals_labs")
+    vitals[("temperature", "mean")] = vitals[("temperature", "mean")] * 9 / 5 + 32
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vitals.to_hdf(path, key="vitals_labs")
+    return path
+
+
+def _artifacts(flow_run_id):
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs()
+        ids = {r.id for r in runs if r.flow_run_id == flow_run_id}
+        return [a for a in client.read_artifacts() if a.task_run_id in ids]
+
+
+def test_steward_flow_reports_every_delivery_and_fails_on_a_critical_one(tmp_path, small_extract, fahrenheit):
+    ehr = write_demo_ehr(tmp_path / "ehr.csv")["path"]
+    config = StewardConfig(paths=[small_extract, fahrenheit, ehr], artifacts_dir=tmp_path, run_id="steward")
+    state = validate(config, return_state=True)
+    assert state.is_failed()
+    with pytest.raises(ValidationFailed, match=r"1 of 3 deliveries failed a critical expectation: .*fahrenheit\.h5"):
+        state.result()
+    run_dir = tmp_path / "steward"
+    reports = {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "validation").glob("*/validation.json")}
+    assert {k: v["passed"] for k, v in reports.items()} == {"all_hourly_data": True, "fahrenheit": False, "ehr": True}
+    for report in reports.values():
+        assert Path(report["data_docs"]).is_file()
+    artifacts = _artifacts(state.state_details.flow_run_id)
+    kinds = sorted(a.description for a in artifacts)
+    assert kinds == ["Great Expectations Data Docs of this validation"] * 3 + ["failed expectations"] * 3 + \
+        ["validation summary"] * 3
+    summaries = [a.data for a in artifacts if a.description == "validation summary"]
+    assert sum("FAILED (critical)" in s for s in summaries) == 1
+    assert not (run_dir / "models").exists()  # stewards' flow trains nothing
+
+
+def test_pipeline_stops_before_training_on_a_critical_failure(tmp_path, fahrenheit):
+    config = PipelineConfig.model_validate({
+        "data": {"hdf5_path": str(fahrenheit)}, "artifacts_dir": str(tmp_path), "run_id": "gate",
+        "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
+        "training": {"models": ["logistic_regression"], "seeds": 1}})
+    with pytest.raises(ValidationFailed, match=r"temperature.*convert the variable to the spec's unit"):
+        pipeline(config)
+    run_dir = tmp_path / "gate"
+    assert (run_dir / "validation" / "fahrenheit" / "validation.json").exists()
+    assert not (run_dir / "cohort.json").exists() and not (run_dir / "models").exists()
+    assert not (tmp_path / "ledger.jsonl").exists()  # nothing released
+
+
+def test_ehr_prepare_flow_validates_then_imputes(tmp_path):
+    path = write_demo_ehr(tmp_path / "ehr.csv", seed=2)["path"]
+    result = ehr_prepare(EHRPrepareConfig(path=path, artifacts_dir=tmp_path, run_id="ehr",
+                                          mice={"m": 2, "max_iter": 3, "trace": False}))
+    summary = json.loads(Path(result["imputation"]).read_text())
+    assert summary["missing_after"] == 0 and summary["within_bounds"] and summary["m"] == 2
+    assert json.loads(Path(result["validation"]).read_text())["passed"]

@@ -1,0 +1,37 @@
+"""Data Docs open in a real browser: headless Chromium renders the index and names every suite."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from privehr.specs import load_ehr_spec, load_mimic_spec
+from tasks.demo_data import write_demo_ehr
+from tasks.expectation_suites import suite_names
+from tasks.validation import validate_ehr, validate_extract
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _dom(index, profile) -> str:
+    out = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", index.resolve().as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_chromium_renders_data_docs_with_every_suite(tmp_path, small_extract):
+    if CHROMIUM is None:
+        message = "Chromium not installed (Debian: apt-get install chromium chromium-driver; .ci/run installs it)"
+        pytest.fail(message) if os.environ.get("PRIVEHR_REQUIRE_BROWSER") else pytest.skip(message)
+    mimic = validate_extract(small_extract, tmp_path, load_mimic_spec())
+    ehr, _ = validate_ehr(write_demo_ehr(tmp_path / "ehr.csv")["path"], tmp_path, load_ehr_spec("harrod_ehr"))
+    for summary, spec in ((mimic, load_mimic_spec()), (ehr, load_ehr_spec("harrod_ehr"))):
+        dom = _dom(Path(summary["data_docs"]), tmp_path / "profile")
+        assert "Data Docs" in dom
+        for name in suite_names(spec):
+            assert name in dom, name

@@ -1,0 +1,118 @@
+"""Small EHR tables through their spec: Harrod's transposed file, the demo generator, and bad input."""
+
+import hashlib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from privehr.errors import InputError
+from privehr.specs import load_ehr_spec
+from tasks.demo_data import write_demo_ehr
+from tasks.ehr_table import read_ehr_table
+from tasks.validation import validate_ehr
+
+SPEC = load_ehr_spec("harrod_ehr")
+SEED_002_DROPPED = {"right_ventricle_diastole", "aov_mean_pg", "ra_vol_a4c", "la_vol_a4c", "lv_esv", "lv_vol_a4c",
+                    "lvot_max_flow"}
+
+
+@pytest.fixture()
+def demo(tmp_path) -> Path:
+    return Path(write_demo_ehr(tmp_path / "ehr.csv", seed=0)["path"])
+
+
+def _sha(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def test_harrod_loads_into_82_patients_by_19_attributes(harrod):
+    before = _sha(harrod)
+    t = read_ehr_table(harrod, SPEC)
+    assert _sha(harrod) == before
+    assert t.frame.shape == (82, 19)
+    assert set(t.decisions["dropped_attributes"]) == SEED_002_DROPPED  # seed 002, section 3.1
+    assert t.decisions["quarantined"] == {"no value in any kept attribute": 2}
+    assert t.parsed.shape == (84, 27)  # every record and attribute as read, plus the generated id
+    assert t.frame.index.is_unique and t.frame.notna().any(axis=1).all()
+
+
+def test_demo_table_has_harrods_shape(demo):
+    t = read_ehr_table(demo, SPEC)
+    assert t.parsed.shape == (84, 27)
+    assert t.frame.shape == (82, 19)
+    assert set(t.decisions["dropped_attributes"]) == SEED_002_DROPPED
+
+
+def test_harrod_validation_passes_with_data_docs(harrod, tmp_path):
+    summary, _ = validate_ehr(harrod, tmp_path, SPEC)
+    assert summary["passed"] and summary["failed_warning"] == []
+    assert Path(summary["data_docs"]).is_file()
+    q = pd.read_csv(Path(summary["quarantine_dir"]) / "harrod_ehr.csv")
+    assert list(q["reason"]) == ["no value in any kept attribute"] * 2
+
+
+def test_wrong_orientation_names_the_fix(demo, tmp_path):
+    wrong = tmp_path / "columns.csv"
+    pd.read_csv(demo, header=None, index_col=0).T.to_csv(wrong, index=False)
+    with pytest.raises(InputError, match=r"harrod_ehr: .* attribute names in its first row, but the spec says "
+                                         r"attributes_as_rows.*Transpose the file"):
+        read_ehr_table(wrong, SPEC)
+
+
+def test_unknown_and_absent_attributes(demo, tmp_path):
+    lines = demo.read_text().splitlines()
+    unknown = tmp_path / "unknown.csv"
+    unknown.write_text("\n".join(lines + ["shoe_size" + ",42" * 84]) + "\n")
+    with pytest.raises(InputError, match=r"attribute\(s\) \['shoe_size'\] that the spec does not define"):
+        read_ehr_table(unknown, SPEC)
+    absent = tmp_path / "absent.csv"
+    absent.write_text("\n".join(l for l in lines if not l.startswith("lvef,")) + "\n")
+    with pytest.raises(InputError, match=r"lacks the attribute\(s\) \['lvef'\]"):
+        read_ehr_table(absent, SPEC)
+
+
+def test_non_numeric_tokens_and_out_of_bounds_values_are_quarantined(demo, tmp_path):
+    rows = [l.split(",") for l in demo.read_text().splitlines()]
+    hr = next(r for r in rows if r[0] == "heart_rate2")
+    observed = [i for i, v in enumerate(hr) if i and v != "none"]
+    hr[observed[0]], hr[observed[1]] = "eighty", "950.0"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    before = _sha(bad)
+    summary, t = validate_ehr(bad, tmp_path / "run", SPEC)
+    assert _sha(bad) == before
+    q = pd.read_csv(Path(summary["quarantine_dir"]) / "harrod_ehr.csv")
+    cells = q[q["column"] == "heart_rate2"].sort_values("reason")
+    assert list(cells["value"]) == ["950.0", "eighty"]
+    assert list(cells["reason"]) == ["above physiological high 250.0",
+                                     "non-numeric token (not a number and not an NA token of the spec)"]
+    ids = [f"patient-{i:04d}" for i in observed[:2]]
+    assert t.frame.loc[ids, "heart_rate2"].isna().all()  # masked, not dropped: the records stay
+    assert summary["passed"]
+    assert any(r["column"] == "heart_rate2" for r in summary["failed_warning"])
+
+
+def test_empty_table_and_empty_file(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(InputError, match=r"harrod_ehr: .*empty\.csv is empty \(0 bytes\)"):
+        read_ehr_table(empty, SPEC)
+    names_only = tmp_path / "names.csv"
+    names_only.write_text("\n".join(a.name for a in SPEC.attributes) + "\n")
+    with pytest.raises(InputError, match="holds no records"):
+        read_ehr_table(names_only, SPEC)
+
+
+def test_a_column_missing_everywhere_is_dropped_as_a_recorded_decision(demo, tmp_path):
+    rows = [l.split(",") for l in demo.read_text().splitlines()]
+    for r in rows:
+        if r[0] == "lvef":
+            r[1:] = ["none"] * (len(r) - 1)
+    path = tmp_path / "nolvef.csv"
+    path.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    no_threshold = SPEC.model_copy(update={"drop_attributes_missing_in_more_than": None})
+    t = read_ehr_table(path, no_threshold)
+    assert t.decisions["dropped_attributes"] == {"lvef": 84, "lvot_max_flow": 84}  # MICE cannot impute these
+    assert t.decisions["drop_rule"] == "missing in all records"
+    assert "lvef" not in t.frame and t.frame.shape[1] == 24
