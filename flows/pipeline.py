@@ -22,6 +22,7 @@ from tasks.privacy_ledger import check_privacy_budget, record_releases
 from tasks.report import write_report
 from tasks.run_directory import create_run_directory
 from tasks.split import split_cohort
+from tasks.static_imputation import impute_static_table
 from tasks.train import CONCURRENT_FITS, fit_and_evaluate, search_hyperparameters
 from tasks.validate import validate_delivery
 from tasks.versioning import version_run
@@ -42,6 +43,8 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     cohort = build_cohort(str(data.hdf5_path), run_dir, **window, validation_report=report, mimic_spec=spec)
     manifest = split_cohort(cohort, config.split, run_dir)
     features = build_features(cohort, manifest, run_dir)
+    if config.static_imputation is not None:
+        impute_static_table(str(data.hdf5_path), cohort, manifest, run_dir, config.static_imputation, spec)
 
     tags = ["gpu"] if resolve_device(config.device).type == "cuda" else []
     search, fit = search_hyperparameters.with_options(tags=tags), fit_and_evaluate.with_options(tags=tags)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["QUARANTINE_COLUMNS", "mask_beyond_bounds", "beyond_bounds", "missing_ids", "duplicate_keys", "outside_domain",
+__all__ = ["QUARANTINE_COLUMNS", "mask_beyond_bounds", "beyond_bounds", "missing_ids", "duplicate_keys",
+           "outside_domain",
            "below", "outside_range", "empty_records", "combine"]
 
 QUARANTINE_COLUMNS = ["column", "value", "reason"]

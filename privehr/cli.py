@@ -74,8 +74,10 @@ def _cmd_validate(args) -> int:
 
     result = validate(config)
     reports = {p: json.loads(Path(r).read_text()) for p, r in result["deliveries"].items()}
-    _emit(args, {"run_dir": result["run_dir"], "passed": not result["failed"], "deliveries": reports},
-          "\n\n".join(summary_markdown(r) for r in reports.values()) + f"\n\nrun directory: {result['run_dir']}")
+    texts = [summary_markdown(r) for r in reports.values()]
+    texts += [f"# {p}: not readable\n\n{e}" for p, e in result["errors"].items()]
+    _emit(args, {"run_dir": result["run_dir"], "passed": not result["failed"], "deliveries": reports,
+                 "errors": result["errors"]}, "\n\n".join(texts) + f"\n\nrun directory: {result['run_dir']}")
     return 1 if result["failed"] else 0
 
 

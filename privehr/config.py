@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privehr.errors import InputError
 
-__all__ = ["DataConfig", "ValidationConfig", "StewardConfig", "MICEConfig", "EHRPrepareConfig", "SplitConfig", "NonPrivateConfig", "DPSGDConfig", "GRUDConfig", "TrainingConfig",
+__all__ = ["DataConfig", "ValidationConfig", "StewardConfig", "MICEConfig", "StaticImputationConfig", "EHRPrepareConfig", "SplitConfig",
+           "NonPrivateConfig", "DPSGDConfig", "GRUDConfig", "TrainingConfig",
            "Cell", "AuditConfig", "PrivacyConfig", "VersioningConfig", "PipelineConfig", "PROFILES", "load_config"]
 
 Label = Literal["mort_icu", "los_3"]
@@ -42,7 +43,8 @@ class ValidationConfig(_Strict):
     """Great Expectations gate before training (suites in ``expectations/``, from the specs)."""
 
     enabled: bool = True
-    spec: Path | None = Field(None, description="MIMIC-Extract spec YAML (default expectations/specs/mimic_extract.yaml)")
+    spec: Path | None = Field(None, description="MIMIC-Extract spec YAML "
+                                                "(default expectations/specs/mimic_extract.yaml)")
     stop_on_critical: bool = Field(True, description="a failed critical expectation stops the run before training")
     chunk_rows: int = Field(65536, ge=256, description="hourly rows streamed at a time")
 
@@ -65,6 +67,14 @@ class MICEConfig(_Strict):
     max_iter: int = Field(10, ge=1, description="rounds of the chained equations")
     seed: int = 0
     trace: bool = Field(True, description="record per-round means and R-hat (costs max_iter/2 extra fits)")
+
+
+class StaticImputationConfig(MICEConfig):
+    """MICE for the cohort's per-stay static table (demographics and 24 h means) in privehr-pipeline."""
+
+    max_missing_fraction: float = Field(0.9, ge=0, le=1, description="drop variables missing in more training "
+                                                                     "stays than this (recorded)")
+    trace: bool = False
 
 
 class EHRPrepareConfig(_Strict):
@@ -194,6 +204,8 @@ class PipelineConfig(_Strict):
     data: DataConfig = DataConfig()
     validation: ValidationConfig = ValidationConfig()
     split: SplitConfig = SplitConfig()
+    static_imputation: StaticImputationConfig | None = Field(
+        None, description="also impute the cohort's static table with MICE (off by default)")
     labels: list[Label] = Field(default_factory=lambda: ["mort_icu", "los_3"], min_length=1)
     training: TrainingConfig = TrainingConfig()
     privacy: PrivacyConfig = PrivacyConfig()

@@ -39,10 +39,13 @@ def _artifacts(flow_run_id):
 
 def test_steward_flow_reports_every_delivery_and_fails_on_a_critical_one(tmp_path, small_extract, fahrenheit):
     ehr = write_demo_ehr(tmp_path / "ehr.csv")["path"]
-    config = StewardConfig(paths=[small_extract, fahrenheit, ehr], artifacts_dir=tmp_path, run_id="steward")
+    truncated = tmp_path / "truncated.h5"
+    truncated.write_bytes(small_extract.read_bytes()[:50_000])
+    config = StewardConfig(paths=[small_extract, truncated, fahrenheit, ehr], artifacts_dir=tmp_path, run_id="steward")
     state = validate(config, return_state=True)
     assert state.is_failed()
-    with pytest.raises(ValidationFailed, match=r"1 of 3 deliveries failed a critical expectation: .*fahrenheit\.h5"):
+    with pytest.raises(ValidationFailed, match=r"(?s)2 of 4 deliveries failed: .*truncated\.h5.*fahrenheit\.h5.*"
+                                               r"truncated\.h5: .*not a readable HDF5 file"):
         state.result()
     run_dir = tmp_path / "steward"
     reports = {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "validation").glob("*/validation.json")}
@@ -78,3 +81,23 @@ def test_ehr_prepare_flow_validates_then_imputes(tmp_path):
     summary = json.loads(Path(result["imputation"]).read_text())
     assert summary["missing_after"] == 0 and summary["within_bounds"] and summary["m"] == 2
     assert json.loads(Path(result["validation"]).read_text())["passed"]
+
+
+def test_pipeline_can_impute_the_static_table_on_training_stays(tmp_path, small_extract):
+    config = PipelineConfig.model_validate({
+        "data": {"hdf5_path": str(small_extract)}, "artifacts_dir": str(tmp_path), "run_id": "static",
+        "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
+        "static_imputation": {"m": 2, "max_iter": 3},
+        "training": {"models": ["logistic_regression"], "methods": ["non_private"], "seeds": 1,
+                     "non_private": {"max_epochs": 1}}})
+    run_dir = Path(pipeline(config)["run_dir"])
+    s = json.loads((run_dir / "static_imputation.json").read_text())
+    manifest = json.loads((run_dir / "split_manifest.json").read_text())
+    assert s["stays"] == {k: v["stays"] for k, v in manifest["counts"].items()}
+    assert s["missing_after"] == 0 and s["missing_before"]["train"] > 0
+    assert {"age", "gender_male", "heart rate (24h mean)"} <= set(s["columns_kept"])
+    assert all(f > 0.9 for f in s["dropped"]["columns"].values())
+    for split in ("train", "dev", "test"):
+        frame = pd.read_csv(run_dir / "intermediate" / "static_imputed" / f"{split}_1.csv", index_col=0)
+        assert set(frame.index) == set(manifest["icustay_ids"][split])
+        assert not frame.isna().any().any() and frame["age"].between(15, 120).all()
