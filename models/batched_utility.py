@@ -1,0 +1,71 @@
+"""The exponential mechanism's utility, evaluated for N parameter vectors at once, for any classifier.
+
+    u(theta) = - sum_i (sigmoid(f(x_i; theta)) - y_i)^2  - lambda * ||theta||_1,
+
+over the whole training set (sensitivity s = 1: with y_i and sigmoid outputs in [0, 1], replacing
+one record changes the sum by at most 1; the regulariser does not depend on the data), or the
+unbiased estimate (n / B) * sum over a minibatch of B records (the sensitivity bound holds for the
+full sum only). theta (N, D) is unflattened into the module's parameters and the module is called
+with ``torch.func.functional_call`` under ``torch.func.vmap``: one batched program, any architecture.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+__all__ = ["BatchedUtility", "flat_parameters"]
+
+
+def flat_parameters(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+class BatchedUtility:
+    """u(theta) for theta of shape (N, D), D the classifier's parameter count.
+
+    Args:
+        model: a classifier returning one logit per record (its weights are not used, only its shape).
+        inputs: the model's positional inputs for the n training records (batch first).
+        y: labels in [0, 1].
+        l1: weight of the L1 regulariser (data independent).
+    """
+
+    def __init__(self, model: nn.Module, inputs: tuple[torch.Tensor, ...], y: torch.Tensor, l1: float = 0.0):
+        if any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules()):
+            raise ValueError("the utility must be deterministic: remove dropout from the model")
+        if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+            raise ValueError("batch norm couples records, which breaks the sensitivity bound: remove it")
+        y = y.to(torch.float32)
+        if y.numel() and (y.min() < 0 or y.max() > 1):
+            raise ValueError("targets must lie in [0, 1] for the sensitivity bound s = 1")
+        self.model = model.eval()
+        self.names = [n for n, _ in model.named_parameters()]
+        self.shapes = [p.shape for _, p in model.named_parameters()]
+        self.sizes = [p.numel() for _, p in model.named_parameters()]
+        self.dim = sum(self.sizes)
+        self.buffers = dict(model.named_buffers())
+        self.inputs, self.y, self.l1, self.n = inputs, y, float(l1), len(y)
+        self.sensitivity = 1.0
+
+    def unflatten(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One parameter vector (D,) as the module's named parameters."""
+        return {n: t.view(s) for n, t, s in zip(self.names, theta.split(self.sizes), self.shapes)}
+
+    def logits(self, theta: torch.Tensor, inputs: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+        """(N, n) logits of the N parameter vectors on the records."""
+        inputs = self.inputs if inputs is None else inputs
+
+        def one(t):
+            return functional_call(self.model, ({**self.unflatten(t), **self.buffers}), inputs).reshape(-1)
+        return vmap(one)(theta)
+
+    def __call__(self, theta: torch.Tensor, batch: torch.Tensor | None = None) -> torch.Tensor:
+        """u(theta) for each row of theta; ``batch`` (record indices) gives the n/B-scaled estimate."""
+        if batch is None:
+            inputs, y, scale = self.inputs, self.y, 1.0
+        else:
+            inputs, y, scale = tuple(t[batch] for t in self.inputs), self.y[batch], self.n / len(batch)
+        error = (torch.sigmoid(self.logits(theta, inputs)) - y).pow(2).sum(1)
+        return -scale * error - self.l1 * theta.abs().sum(1)
