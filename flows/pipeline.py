@@ -52,7 +52,7 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     chosen = search.map(unmapped(features), cells, unmapped(training), unmapped(run_dir), unmapped(config.device))
     check_privacy_budget(run_dir, cells, [c.result() for c in chosen], config)  # raises before any release
     runs = [fit.submit(features, cell, chosen[i], seed, training, run_dir, config.device)
-            for i, cell in enumerate(cells) for seed in range(training.seeds)]
+            for i, cell in enumerate(cells) for seed in range(training.seeds_for(cell))]
     rows = [r.result() for r in runs]
     record_releases(run_dir, rows, str(config.privacy.ledger_path))
     summary = write_report(run_dir, rows, training.dp_sgd.delta)

@@ -7,6 +7,9 @@ one record changes the sum by at most 1; the regulariser does not depend on the 
 unbiased estimate (n / B) * sum over a minibatch of B records (the sensitivity bound holds for the
 full sum only). theta (N, D) is unflattened into the module's parameters and the module is called
 with ``torch.func.functional_call`` under ``torch.func.vmap``: one batched program, any architecture.
+A module may offer ``batched_logits(params, *inputs)`` computing the same (N, n) logits with a cheaper
+batched product (logistic regression: one GEMM; vmap would copy X per parameter vector); the tests
+check both paths against a per-theta loop.
 """
 
 from __future__ import annotations
@@ -53,9 +56,17 @@ class BatchedUtility:
         """One parameter vector (D,) as the module's named parameters."""
         return {n: t.view(s) for n, t, s in zip(self.names, theta.split(self.sizes), self.shapes)}
 
-    def logits(self, theta: torch.Tensor, inputs: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
-        """(N, n) logits of the N parameter vectors on the records."""
+    def batched_params(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        """(N, D) parameter vectors as the module's named parameters, each with a leading N axis."""
+        parts = theta.split(self.sizes, dim=1)
+        return {n: t.reshape(len(theta), *s) for n, t, s in zip(self.names, parts, self.shapes)}
+
+    def logits(self, theta: torch.Tensor, inputs: tuple[torch.Tensor, ...] | None = None,
+               generic: bool = False) -> torch.Tensor:
+        """(N, n) logits of the N parameter vectors on the records (``generic``: always via vmap)."""
         inputs = self.inputs if inputs is None else inputs
+        if not generic and hasattr(self.model, "batched_logits"):
+            return self.model.batched_logits(self.batched_params(theta), *inputs)
 
         def one(t):
             return functional_call(self.model, ({**self.unflatten(t), **self.buffers}), inputs).reshape(-1)

@@ -60,12 +60,16 @@ class ExpMNFResult:
     history: list[float] = field(default_factory=list)  # reverse-KL estimate (up to log Z) per step
 
 
-def train_expm_nf(utility: BatchedUtility, hp: ExpMNFHyperparameters, device: torch.device | str = "cpu"
-                  ) -> ExpMNFResult:
-    """Fit a flow to exp(eps u / 2s) by reverse KL; returns the flow (in eval mode) and the loss curve."""
-    generator = torch.Generator(device=device).manual_seed(hp.seed)
-    flow = ParameterFlow(utility.dim, hp.layers, hp.flow, hp.base_sigma, hp.m, hp.reflections, hp.affine,
-                         seed=hp.seed).to(device)
+def train_expm_nf(utility: BatchedUtility, hp: ExpMNFHyperparameters, device: torch.device | str = "cpu",
+                  flow: ParameterFlow | None = None, round_: int = 0) -> ExpMNFResult:
+    """Fit a flow to exp(eps u / 2s) by reverse KL; returns the flow (in eval mode) and the loss curve.
+
+    ``flow`` continues training an earlier flow for ``hp.steps`` more steps (``round_`` varies the draws)."""
+    generator = torch.Generator(device=device).manual_seed(hp.seed + 7919 * round_)
+    if flow is None:
+        flow = ParameterFlow(utility.dim, hp.layers, hp.flow, hp.base_sigma, hp.m, hp.reflections, hp.affine,
+                             seed=hp.seed).to(device)
+    flow.train()
     if hp.optimizer == "adam":
         optimizer = torch.optim.Adam(flow.parameters(), lr=hp.learning_rate)
     else:

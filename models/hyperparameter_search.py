@@ -23,6 +23,10 @@ SEARCH_SPACES = {
     ("grud", "dp_sgd"): {"learning_rate": ("log", 1e-3, 5e-2), "hidden_size": ("int", 8, 48),
                          "max_grad_norm": ("log", 0.1, 5.0), "batch_size": ("choice", [128, 256, 512]),
                          "epochs": ("int", 5, 20)},
+    ("logistic_regression", "expm_nf"): {"learning_rate": ("log", 1e-3, 3e-2), "base_sigma": ("log", 1e-3, 0.1),
+                                         "l1": ("log", 1e-4, 1e-1), "samples": ("choice", [8, 16, 32])},
+    ("grud", "expm_nf"): {"learning_rate": ("log", 1e-3, 3e-2), "base_sigma": ("log", 1e-3, 0.1),
+                          "l1": ("log", 1e-4, 1e-1), "hidden_size": ("int", 8, 48)},
 }
 
 

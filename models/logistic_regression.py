@@ -20,3 +20,10 @@ class LogisticRegression(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(x).squeeze(-1)
+
+    @staticmethod
+    def batched_logits(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """Logits (N, n) of N parameter sets at once (``linear.weight`` (N, 1, d), ``linear.bias`` (N, 1)):
+        one GEMM, X W^T, as vmap over ``forward`` would compute but without its copies of X."""
+        weight = params["linear.weight"]
+        return weight.reshape(len(weight), -1) @ x.T + params["linear.bias"].reshape(-1, 1)

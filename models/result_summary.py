@@ -22,6 +22,9 @@ def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:
     for col in ("epsilon_prv", "epsilon_rdp", "noise_multiplier"):
         if col in runs:
             agg[col] = "max"
+    for col in ("auroc_bayes", "auroc_map", "gap_std"):  # ExpM+NF diagnostics (NaN for other methods)
+        if col in runs:
+            agg[col] = "median"
     table = runs.groupby(GROUP, sort=True).agg(agg).rename(columns={"seed": "seeds"}).reset_index()
     table = table.rename(columns={"auroc": "auroc_median", "auprc": "auprc_median"})
     return table.sort_values(["label", "model", "method", "loss", "target_epsilon"]).reset_index(drop=True)

@@ -15,13 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privehr.errors import InputError
 
-__all__ = ["DataConfig", "ValidationConfig", "StewardConfig", "MICEConfig", "StaticImputationConfig", "EHRPrepareConfig", "SplitConfig",
+__all__ = ["ExpMNFConfig", "DataConfig", "ValidationConfig",
+           "StewardConfig", "MICEConfig", "StaticImputationConfig", "EHRPrepareConfig", "SplitConfig",
            "NonPrivateConfig", "DPSGDConfig", "GRUDConfig", "TrainingConfig",
            "Cell", "AuditConfig", "PrivacyConfig", "VersioningConfig", "PipelineConfig", "PROFILES", "load_config"]
 
 Label = Literal["mort_icu", "los_3"]
 Model = Literal["logistic_regression", "grud"]
-Method = Literal["non_private", "dp_sgd"]
+Method = Literal["non_private", "dp_sgd", "expm_nf"]
+AuditedMethod = Literal["non_private", "dp_sgd"]
 Loss = Literal["bce", "l2"]
 
 
@@ -134,6 +136,37 @@ class DPSGDConfig(_Strict):
         return self
 
 
+class ExpMNFConfig(_Strict):
+    """ExpM+NF (seed 000): a flow trained by reverse KL towards exp(eps~ u / 2s), u = -sum of squared errors.
+
+    eps~ is a training parameter: no differential-privacy guarantee is proven for ExpM+NF."""
+
+    epsilons: list[float] = Field(default_factory=lambda: [0.1, 1.0, 3.5, 10.0], min_length=1,
+                                  description="eps~ of the targeted exponential mechanism")
+    seeds: int | None = Field(2, ge=1, description="flows per cell (None: training.seeds)")
+    flow: Literal["planar", "sylvester"] = "sylvester"
+    layers: int = Field(4, ge=1)
+    m: int = Field(4, ge=1, description="Sylvester: columns of Q")
+    reflections: int = Field(4, ge=1, description="Sylvester: Householder reflections building Q")
+    base_sigma: float = Field(0.01, gt=0, description="scale of the base N(0, sigma^2 I)")
+    affine: bool = Field(True, description="an elementwise affine layer before the flow layers")
+    samples: int = Field(8, ge=1, description="parameter draws per step (N)")
+    steps: int = Field(80, ge=1)
+    learning_rate: float = Field(3e-3, gt=0)
+    optimizer: Literal["adam", "rmsprop"] = "adam"
+    l1: float = Field(1e-3, ge=0, description="L1 regulariser in u (makes the target proper)")
+    batch_size: int | None = Field(None, ge=1, description="logistic regression: records per utility estimate "
+                                                           "(None: all, the exact utility)")
+    grud_batch_size: int | None = Field(128, ge=1, description="GRU-D: records per n/B-scaled utility estimate")
+    eval_samples: int = Field(100, ge=1, description="parameter draws evaluated per flow (seed 000: 1000)")
+
+    @model_validator(mode="after")
+    def _positive(self):
+        if any(e <= 0 for e in self.epsilons):
+            raise ValueError("every eps~ must be positive")
+        return self
+
+
 class GRUDConfig(_Strict):
     hidden_size: int = Field(32, ge=1)
     batch_norm: bool = Field(False, description="non-private GRU-D only: batch norm mixes samples, so DP "
@@ -159,7 +192,7 @@ class TrainingConfig(_Strict):
     """The grid: label x model x method x loss x epsilon, each cell searched once and fitted per seed."""
 
     models: list[Model] = Field(default_factory=lambda: ["logistic_regression", "grud"], min_length=1)
-    methods: list[Method] = Field(default_factory=lambda: ["non_private", "dp_sgd"], min_length=1)
+    methods: list[Method] = Field(default_factory=lambda: ["non_private", "dp_sgd", "expm_nf"], min_length=1)
     losses: list[Loss] = Field(default_factory=lambda: ["bce"], min_length=1,
                                description="bce, and/or l2 (squared error on the sigmoid, as ExpM+NF)")
     seeds: int = Field(3, ge=1, description="final fits per cell; results are medians over seeds")
@@ -167,15 +200,23 @@ class TrainingConfig(_Strict):
     search_seed: int = 0
     non_private: NonPrivateConfig = NonPrivateConfig()
     dp_sgd: DPSGDConfig = DPSGDConfig()
+    expm_nf: ExpMNFConfig = ExpMNFConfig()
     grud: GRUDConfig = GRUDConfig()
 
+    def seeds_for(self, cell: "Cell") -> int:
+        if cell.method == "expm_nf":
+            return self.expm_nf.seeds or self.seeds
+        return self.seeds
+
     def cells(self, labels: list[str]) -> list[Cell]:
+        """The grid; ExpM+NF cells always use the l2 loss (its utility), whatever ``losses`` says."""
         out = []
         for label in labels:
             for model in self.models:
                 for method in self.methods:
-                    for loss in self.losses:
-                        epsilons = self.dp_sgd.epsilons if method == "dp_sgd" else [None]
+                    for loss in (["l2"] if method == "expm_nf" else self.losses):
+                        grid = {"dp_sgd": self.dp_sgd.epsilons, "expm_nf": self.expm_nf.epsilons}
+                        epsilons = grid.get(method, [None])
                         out += [Cell(label=label, model=model, method=method, loss=loss, target_epsilon=e)
                                 for e in epsilons]
         return out
@@ -224,11 +265,15 @@ class PipelineConfig(_Strict):
         return self
 
 
+SEED_000_EPSILONS = [1e-4, 1e-3, 1e-2, 0.1, 0.5, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0]
+
 PROFILES: dict[str, dict] = {
     "demo": {},
-    # seed 000's grid: epsilon 1e-4 ... 10, both losses, 10 seeds, a real search
+    # seed 000's grid: epsilon 1e-4 ... 10, both losses, 10 seeds (10 flows x 1000 samples), a real search
     "full": {"training": {"seeds": 10, "search_budget": 10, "losses": ["bce", "l2"],
-                          "dp_sgd": {"epsilons": [1e-4, 1e-3, 1e-2, 0.1, 0.5, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0]}}},
+                          "dp_sgd": {"epsilons": SEED_000_EPSILONS},
+                          "expm_nf": {"epsilons": SEED_000_EPSILONS, "seeds": 10, "eval_samples": 1000,
+                                      "steps": 300, "samples": 32}}},
 }
 
 
@@ -242,7 +287,7 @@ class AuditConfig(_Strict):
     run_dir: Path = Field(..., description="a finished privehr-pipeline run (its features are reused)")
     label: Label = "mort_icu"
     model: Model = "logistic_regression"
-    mechanisms: list[Method] = Field(default_factory=lambda: ["non_private", "dp_sgd"], min_length=1)
+    mechanisms: list[AuditedMethod] = Field(default_factory=lambda: ["non_private", "dp_sgd"], min_length=1)
     shadows: int = Field(16, ge=2, description="even; every example is IN for exactly half")
     epsilon: float = Field(1.0, gt=0, description="target epsilon of the DP-SGD shadows")
     delta: float = Field(1e-5, gt=0, lt=1)

@@ -13,6 +13,8 @@ import pandas as pd  # noqa: E402
 
 __all__ = ["plot_auroc_vs_epsilon"]
 
+METHOD_LABELS = {"dp_sgd": "DP-SGD", "expm_nf": "ExpM+NF (eps~, no proven DP)"}
+
 
 def plot_auroc_vs_epsilon(summary: pd.DataFrame, path: Path) -> Path:
     """Median test AUROC against epsilon, one panel per (label, model), as seed 000's Figures 2-3.
@@ -28,12 +30,13 @@ def plot_auroc_vs_epsilon(summary: pd.DataFrame, path: Path) -> Path:
         private = part[np.isfinite(part["target_epsilon"])]
         for (method, loss), line in private.groupby(["method", "loss"]):
             line = line.sort_values("target_epsilon")
-            ax.plot(line["target_epsilon"], line["auroc_median"], marker="o", label=f"{method} ({loss})")
+            ax.plot(line["target_epsilon"], line["auroc_median"], marker="o",
+                    label=f"{METHOD_LABELS.get(method, method)} ({loss})")
         baseline = part[part["method"] == "non_private"]
         if len(baseline):
             ax.axhline(baseline["auroc_median"].max(), linestyle="--", color="black", label="non-private")
         ax.set_xscale("log")
-        ax.set_xlabel("target epsilon")
+        ax.set_xlabel("target epsilon (eps~ for ExpM+NF)")
         ax.set_ylabel("median test AUROC")
         ax.set_title(f"{label}, {model.replace('_', ' ')}")
         ax.grid(alpha=0.3)

@@ -68,7 +68,7 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], chosen: list[dict], co
                                            *poisson_schedule(n, hp["batch_size"], hp["epochs"]))
         planned += [LedgerEntry(dataset, _release(run_dir, cell, s), "dp_sgd", spend.epsilon, spend.delta,
                                 spend.noise_multiplier, spend.sample_rate, spend.steps)
-                    for s in range(training.seeds) if _release(run_dir, cell, s) not in recorded]  # resumed runs
+                    for s in range(training.seeds_for(cell)) if _release(run_dir, cell, s) not in recorded]
     total = compose_entries(existing + planned, privacy.budget_delta)
     summary = {"dataset": dataset, "existing_releases": len(existing), "planned_dp_releases": len(planned),
                "epsilon_dp_after_run": total.epsilon_dp, "delta": total.delta, "budget_epsilon": privacy.budget_epsilon}
@@ -104,6 +104,8 @@ def record_releases(run_dir: str, runs: list[dict], ledger_path: str) -> int:
             entries.append(LedgerEntry(dataset, release, "dp_sgd", r["epsilon_prv"] if r["epsilon_prv"] is not None
                                        else r["epsilon_rdp"], r["delta"], r["noise_multiplier"], r["sample_rate"],
                                        r["steps"], run_id))
+        elif r["method"] == "expm_nf":  # eps~ is a training parameter: composed nowhere, listed as unproven
+            entries.append(LedgerEntry(dataset, release, "expm_nf", r["target_epsilon"], 0.0, run_id=run_id))
         else:
             entries.append(LedgerEntry(dataset, release, "non_private", math.inf, 0.0, run_id=run_id))
     append_entries(ledger_path, entries)

@@ -19,10 +19,14 @@ from tasks.figures import plot_auroc_vs_epsilon
 __all__ = ["write_report", "results_table"]
 
 COLUMNS = ["label", "model", "method", "loss", "target_epsilon", "auroc_median", "auprc_median", "seeds",
-           "epsilon_prv", "epsilon_rdp"]
+           "epsilon_prv", "epsilon_rdp", "auroc_bayes", "auroc_map", "gap_std"]
 PRIVACY_NOTE = ("epsilon: PRV (claimed) and RDP (upper bound) for the DP-SGD training steps at delta = {delta}; "
-                "both are below the target. Not covered by any guarantee: feature statistics fitted on the "
-                "training split and hyperparameters tuned on dev. Non-private rows have no guarantee (inf).")
+                "both are below the target. ExpM+NF rows: target_epsilon is eps~, a training parameter of the flow; "
+                "no DP guarantee is proven (auroc_median: median over the flow's draws, each a candidate release; "
+                "auroc_bayes: posterior-predictive average; auroc_map: highest-utility draw; gap_std: spread of "
+                "log q - eps~ u / 2s, 0 when the flow equals the mechanism). Not covered by any guarantee: feature "
+                "statistics fitted on the training split and hyperparameters tuned on dev. Non-private rows have "
+                "no guarantee (inf).")
 
 
 def _cell(value) -> str:

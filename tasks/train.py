@@ -24,6 +24,7 @@ from models.hyperparameter_search import SEARCH_SPACES, sample_configurations
 from models.metrics import binary_metrics
 from models.training import TrainingHyperparameters, fit_binary_classifier, predict_proba
 from privehr.config import Cell, TrainingConfig
+from tasks.expm_nf import default_expm_hyperparameters, fit_expm_nf
 from tasks.features import load_split
 from tasks.run_logging import run_logger
 
@@ -31,7 +32,9 @@ __all__ = ["search_hyperparameters", "fit_and_evaluate", "default_hyperparameter
 
 
 def default_hyperparameters(cell: Cell, training: TrainingConfig) -> dict:
-    if cell.method == "non_private":
+    if cell.method == "expm_nf":
+        hp = default_expm_hyperparameters(cell, training)
+    elif cell.method == "non_private":
         np_cfg = training.non_private
         hp = {"learning_rate": np_cfg.learning_rate, "weight_decay": np_cfg.weight_decay,
               "batch_size": np_cfg.batch_size, "epochs": np_cfg.max_epochs}
@@ -113,19 +116,25 @@ def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConf
     dev = resolve_device(device)
     defaults = default_hyperparameters(cell, training)
     trials = []
-    if training.search_budget == 1 and cell.method == "dp_sgd":
-        chosen = defaults  # nothing to choose: DP-SGD trains for a fixed, accounted number of epochs
+    if training.search_budget == 1 and cell.method in ("dp_sgd", "expm_nf"):
+        chosen = defaults  # nothing to choose: a fixed, accounted number of epochs (DP-SGD) or steps (ExpM+NF)
     else:
         space = {k: v for k, v in SEARCH_SPACES[(cell.model, cell.method)].items() if k in defaults}
         configs = sample_configurations(defaults, space, training.search_budget, training.search_seed)
         train = _data(features_dir, ["train"], cell, dev)
         dev_inputs, dev_y, *_ = _data(features_dir, ["dev"], cell, dev)
         for hp in configs:
-            _, info = _train(cell, hp, training, train, training.search_seed, (dev_inputs, dev_y))
+            if cell.method == "expm_nf":
+                info = {"dev_auroc": fit_expm_nf(cell, hp, training, train, training.search_seed,
+                                                 (dev_inputs, dev_y))["auroc"], "epochs": None}
+            else:
+                _, info = _train(cell, hp, training, train, training.search_seed, (dev_inputs, dev_y))
             trials.append({"hyperparameters": hp, "dev_auroc": info["dev_auroc"], "epochs": info["epochs"]})
         scores = [t["dev_auroc"] if np.isfinite(t["dev_auroc"]) else -np.inf for t in trials]
         best = trials[int(np.argmax(scores))]
-        chosen = dict(best["hyperparameters"], epochs=max(1, int(best["epochs"])))
+        chosen = dict(best["hyperparameters"])
+        if best["epochs"] is not None:
+            chosen["epochs"] = max(1, int(best["epochs"]))
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"key": key, "cell": cell.model_dump(), "budget": training.search_budget, "trials": trials,
                                "chosen": chosen, "note": "tuned on private dev data; not accounted"}, indent=1))
@@ -149,12 +158,18 @@ def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed:
         return row
     _threads()
     dev = resolve_device(device)
-    model, info = _train(cell, hyperparameters, training, _data(features_dir, ["train", "dev"], cell, dev), seed)
+    data = _data(features_dir, ["train", "dev"], cell, dev)
     test_inputs, test_y, *_ = _data(features_dir, ["test"], cell, dev)
-    metrics = binary_metrics(test_y.cpu().numpy(), predict_proba(model, test_inputs))
-    torch.save({"cell": cell.model_dump(), "seed": seed, "hyperparameters": hyperparameters,
-                "state_dict": {k: v.cpu() for k, v in model.state_dict().items()}, "training": info},
-               out_dir / f"{cell.cell_id}-seed{seed}.pt")
+    if cell.method == "expm_nf":
+        metrics = fit_expm_nf(cell, hyperparameters, training, data, seed, (test_inputs, test_y),
+                              out_dir / f"{cell.cell_id}-seed{seed}.pt")
+        info = {}
+    else:
+        model, info = _train(cell, hyperparameters, training, data, seed)
+        metrics = binary_metrics(test_y.cpu().numpy(), predict_proba(model, test_inputs))
+        torch.save({"cell": cell.model_dump(), "seed": seed, "hyperparameters": hyperparameters,
+                    "state_dict": {k: v.cpu() for k, v in model.state_dict().items()}, "training": info},
+                   out_dir / f"{cell.cell_id}-seed{seed}.pt")
     row = {**cell.model_dump(), "seed": seed, "device": str(dev), **metrics,
            **{k: info.get(k) for k in ("epochs", "epsilon_prv", "epsilon_rdp", "noise_multiplier", "sample_rate",
                                         "steps", "delta", "accountant")}}

@@ -13,11 +13,12 @@ def test_dask_cluster_runs_the_grid_like_the_thread_pool(tmp_path, small_extract
             "data": {"hdf5_path": str(small_extract)}, "artifacts_dir": str(tmp_path), "run_id": name,
             "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp_path / f"{name}.jsonl")},
             "training": {"models": ["logistic_regression"], "seeds": 2, "non_private": {"max_epochs": 2},
-                         "dp_sgd": {"epochs": 1, "epsilons": [1.0]}}})
+                         "dp_sgd": {"epochs": 1, "epsilons": [1.0]},
+                         "expm_nf": {"epsilons": [1.0], "steps": 3, "eval_samples": 3}}})
 
     on_cluster = on_dask(n_workers=2)(config("dask"))
     on_threads = pipeline(config("threads"))
-    assert on_cluster["runs"] == on_threads["runs"] == 2 * 2 * 2
+    assert on_cluster["runs"] == on_threads["runs"] == 2 * 3 * 2  # labels x (non-private, DP-SGD, ExpM+NF) x seeds
     assert on_cluster["results"] == on_threads["results"]  # seeded everywhere: same numbers on any runner
     rows = [json.loads(p.read_text())["value"] for p in (Path(tmp_path) / "dask" / "models").glob("*.json")]
-    assert len(rows) == 8  # every fit ran in a worker process and wrote its result into the shared run directory
+    assert len(rows) == 12  # every fit ran in a worker process and wrote its result into the shared run directory

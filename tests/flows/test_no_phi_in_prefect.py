@@ -41,7 +41,8 @@ def test_canaries_stay_out_of_prefect(tmp_path, caplog):
         "data": {"hdf5_path": str(path)}, "artifacts_dir": str(tmp_path / "artifacts"), "run_id": "canary",
         "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
         "training": {"models": ["logistic_regression"], "seeds": 1, "non_private": {"max_epochs": 2},
-                     "dp_sgd": {"epochs": 1, "epsilons": [1.0]}}})
+                     "dp_sgd": {"epochs": 1, "epsilons": [1.0]},
+                     "expm_nf": {"epsilons": [1.0], "steps": 2, "eval_samples": 2, "seeds": 1}}})
     with caplog.at_level(logging.DEBUG):
         summary = pipeline(config)
     run_dir = Path(summary["run_dir"])

@@ -18,7 +18,8 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
         "artifacts_dir": str(tmp_path), "run_id": "flow-test", "versioning": {"dvc": False},
         "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
         "training": {"losses": ["bce"], "seeds": 2, "non_private": {"max_epochs": 3},
-                     "dp_sgd": {"epochs": 2, "epsilons": [1.0, 10.0]}, "grud": {"hidden_size": 8}},
+                     "dp_sgd": {"epochs": 2, "epsilons": [1.0, 10.0]}, "grud": {"hidden_size": 8},
+                     "expm_nf": {"epsilons": [1.0], "steps": 3, "eval_samples": 4, "seeds": 2}},
         "device": "auto"})
     summary = pipeline(config)
     run_dir = Path(summary["run_dir"])
@@ -28,9 +29,15 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
                  "search/los_3-logistic_regression-non_private-bce-epsinf.json"):
         assert (run_dir / name).exists(), name
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["runs"] == 2 * 2 * 3 * 2  # labels x models x (non-private + 2 epsilons) x seeds
+    assert metrics["runs"] == 2 * 2 * 4 * 2  # labels x models x (non-private + 2 DP-SGD + 1 ExpM+NF) x seeds
     rows = {(r["label"], r["model"], r["method"], r["target_epsilon"]): r for r in metrics["results"]}
-    assert len(rows) == 2 * 2 * 3 and all(r["seeds"] == 2 for r in rows.values())
+    assert len(rows) == 2 * 2 * 4 and all(r["seeds"] == 2 for r in rows.values())
+    for label in ("mort_icu", "los_3"):
+        for model in ("logistic_regression", "grud"):
+            expm = rows[(label, model, "expm_nf", 1.0)]
+            assert expm["loss"] == "l2" and expm["epsilon_prv"] is None
+            assert 0 <= expm["auroc_bayes"] <= 1 and 0 <= expm["auroc_map"] <= 1 and expm["gap_std"] >= 0
+    assert "| expm_nf | l2 | 1 |" in (run_dir / "results.md").read_text()
     for (label, model, method, eps), r in rows.items():
         assert 0 <= r["auroc_median"] <= 1
         if method == "dp_sgd":
@@ -54,8 +61,8 @@ def test_a_restarted_run_does_not_redo_finished_cells(tmp_path, small_extract):
     config = PipelineConfig.model_validate({
         "data": {"hdf5_path": str(small_extract)}, "artifacts_dir": str(tmp_path), "run_id": "resumable",
         "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
-        "training": {"models": ["logistic_regression"], "seeds": 2, "non_private": {"max_epochs": 3},
-                     "dp_sgd": {"epochs": 2, "epsilons": [1.0]}}})
+        "training": {"models": ["logistic_regression"], "methods": ["non_private", "dp_sgd"], "seeds": 2,
+                     "non_private": {"max_epochs": 3}, "dp_sgd": {"epochs": 2, "epsilons": [1.0]}}})
     first = pipeline(config)
     models = Path(first["run_dir"]) / "models"
     results = sorted(models.glob("*.json"))
