@@ -50,6 +50,28 @@ def in_prefect_run() -> bool:
         return False
 
 
+def _validation_lines(run_dir: Path) -> str:
+    lines = []
+    for path in sorted((run_dir / "validation").glob("*/validation.json")):
+        v = json.loads(path.read_text())
+        quarantined = sum(c["rows"] for c in v["quarantine"].values())
+        lines.append(f"Validation of `{Path(v['input']).name}`: {'passed' if v['passed'] else 'FAILED'}, "
+                     f"{v['expectations']} expectations, {len(v['failed_warning'])} warning(s), {quarantined} "
+                     f"quarantined row(s); Data Docs `{v['data_docs']}`.")
+    return "\n".join(lines) + "\n\n" if lines else ""
+
+
+def _budget_lines(run_dir: Path) -> str:
+    path = run_dir / "privacy_budget.json"
+    if not path.exists():
+        return ""
+    b = json.loads(path.read_text())
+    return (f"Privacy ledger: dataset {b['dataset'][:12]} had {b['existing_releases']} earlier release(s); with this "
+            f"run's {b['planned_dp_releases']} DP-SGD release(s) its composed DP epsilon is "
+            f"{b['epsilon_dp_after_run']:.3g} at delta {b['delta']:.2g} (budget {b['budget_epsilon']}). "
+            "`privehr privacy ledger` shows every release.\n\n")
+
+
 @task(name="report")
 def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
     """Write results_runs.csv, results.csv, results.md, auroc_vs_epsilon.png and metrics.json."""
@@ -68,7 +90,8 @@ def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
     markdown = (f"# privehr run {run_dir.name}\n\nMedian test metrics over seeds.\n\n{table}\n\n{note}\n\n"
                 f"![AUROC vs epsilon]({figure.name})\n\nCohort: {cohort['stays']} stays; exclusions "
                 f"{cohort['exclusions']}. Split (stays): train {split['train']['stays']}, dev "
-                f"{split['dev']['stays']}, test {split['test']['stays']}.\n\nArtifacts: `{run_dir}`\n")
+                f"{split['dev']['stays']}, test {split['test']['stays']}.\n\n{_validation_lines(run_dir)}"
+                f"{_budget_lines(run_dir)}Artifacts: `{run_dir}`\n")
     (run_dir / "results.md").write_text(markdown)
     result = {"run_id": run_dir.name, "run_dir": str(run_dir), "results": rows, "runs": len(runs),
               "figure": str(figure), "privacy_note": note,

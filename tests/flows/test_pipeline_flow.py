@@ -37,7 +37,10 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
             expm = rows[(label, model, "expm_nf", 1.0)]
             assert expm["loss"] == "l2" and expm["epsilon_prv"] is None
             assert 0 <= expm["auroc_bayes"] <= 1 and 0 <= expm["auroc_map"] <= 1 and expm["gap_std"] >= 0
-    assert "| expm_nf | l2 | 1 |" in (run_dir / "results.md").read_text()
+    report = (run_dir / "results.md").read_text()
+    assert "| expm_nf | l2 | 1 |" in report
+    assert "Validation of `all_hourly_data.h5`: passed, 30 expectations" in report
+    assert "Privacy ledger: dataset" in report and "8 DP-SGD release(s)" in report
     for (label, model, method, eps), r in rows.items():
         assert 0 <= r["auroc_median"] <= 1
         if method == "dp_sgd":
