@@ -27,8 +27,8 @@ import torch
 from models.batched_utility import BatchedUtility
 from models.parameter_flow import ParameterFlow
 
-__all__ = ["ExpMNFHyperparameters", "ExpMNFResult", "train_expm_nf", "sample_parameters", "posterior_predictive",
-           "map_parameters", "fit_gap"]
+__all__ = ["ExpMNFHyperparameters", "ExpMNFResult", "train_expm_nf", "sample_parameters", "draw_utilities",
+           "draw_probabilities", "posterior_predictive", "map_index", "fit_gap"]
 
 
 @dataclass(frozen=True)
@@ -102,27 +102,30 @@ def sample_parameters(flow: ParameterFlow, n: int, seed: int) -> tuple[torch.Ten
 
 
 @torch.no_grad()
-def posterior_predictive(utility: BatchedUtility, theta: torch.Tensor, inputs: tuple[torch.Tensor, ...],
-                         chunk: int = 64) -> np.ndarray:
-    """p(y = 1 | x) = mean over the N samples of sigmoid(f(x; theta_j)) (seed 000, Appendix F)."""
-    total = None
-    for start in range(0, len(theta), chunk):
-        p = torch.sigmoid(utility.logits(theta[start:start + chunk], inputs)).sum(0)
-        total = p if total is None else total + p
-    return (total / len(theta)).cpu().numpy()
+def draw_utilities(utility: BatchedUtility, theta: torch.Tensor, chunk: int = 64) -> torch.Tensor:
+    """u(theta_j) on the whole training set for each draw, in chunks of draws."""
+    return torch.cat([utility(theta[i:i + chunk]) for i in range(0, len(theta), chunk)])
 
 
 @torch.no_grad()
-def map_parameters(utility: BatchedUtility, theta: torch.Tensor, chunk: int = 64) -> torch.Tensor:
-    """The sample of highest target density eps u(theta) / (2s), i.e. of highest utility."""
-    u = torch.cat([utility(theta[i:i + chunk]) for i in range(0, len(theta), chunk)])
-    return theta[int(torch.argmax(u))]
+def draw_probabilities(utility: BatchedUtility, theta: torch.Tensor, inputs: tuple[torch.Tensor, ...],
+                       chunk: int = 64) -> np.ndarray:
+    """sigmoid(f(x; theta_j)) for each draw j and record x: (N, n)."""
+    return torch.cat([torch.sigmoid(utility.logits(theta[i:i + chunk], inputs))
+                      for i in range(0, len(theta), chunk)]).cpu().numpy()
 
 
-@torch.no_grad()
-def fit_gap(utility: BatchedUtility, epsilon: float, theta: torch.Tensor, log_q: torch.Tensor,
-            chunk: int = 64) -> dict:
-    """Spread of g = log q(theta) - eps u(theta)/(2s) over samples (0 iff q = p there, up to log Z)."""
-    u = torch.cat([utility(theta[i:i + chunk]) for i in range(0, len(theta), chunk)])
-    g = (log_q - epsilon * u / (2 * utility.sensitivity)).double().cpu().numpy()
+def posterior_predictive(probabilities: np.ndarray) -> np.ndarray:
+    """p(y = 1 | x) = mean over the N draws of sigmoid(f(x; theta_j)) (seed 000, Appendix F)."""
+    return probabilities.mean(axis=0)
+
+
+def map_index(utilities: torch.Tensor) -> int:
+    """The draw of highest target density eps u(theta) / (2s), i.e. of highest utility ("MAP")."""
+    return int(torch.argmax(utilities))
+
+
+def fit_gap(epsilon: float, sensitivity: float, utilities: torch.Tensor, log_q: torch.Tensor) -> dict:
+    """Spread of g = log q(theta) - eps u(theta)/(2s) over draws (0 iff q = p there, up to log Z)."""
+    g = (log_q - epsilon * utilities / (2 * sensitivity)).double().cpu().numpy()
     return {"gap_std": float(g.std()), "gap_range": float(g.max() - g.min()), "samples": int(g.size)}

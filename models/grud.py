@@ -83,3 +83,32 @@ class GRUD(nn.Module):
             candidate = torch.tanh(gates_in[:, t, 2 * hs:] + self.recurrent_candidate(r * h_hat))
             h = (1 - z) * h_hat + z * candidate
         return self.output(self.norm(self.dropout(h))).squeeze(-1)
+
+    def batched_logits(self, params: dict[str, torch.Tensor], x: torch.Tensor, mask: torch.Tensor,
+                       delta: torch.Tensor) -> torch.Tensor:
+        """Logits (N, B) of N parameter sets at once (each tensor of ``params`` has a leading N axis):
+        the forward above with batched products, sharing x, mask and delta across the N sets.
+        Dropout and batch norm are not supported here (the ExpM utility refuses both)."""
+        n, (b, t, f), hs = len(params["output.weight"]), x.shape, self.hidden_size
+        gamma_x = torch.exp(-torch.relu(delta * params["input_decay.weight"][:, None, None, :]
+                                        + params["input_decay.bias"][:, None, None, :]))      # (N, B, T, F)
+        x_hat = mask * x + (1 - mask) * (gamma_x * x + (1 - gamma_x) * self.x_mean)
+        w_hd = params["hidden_decay.weight"]                                                   # (N, H, F)
+        gamma_h = torch.exp(-torch.relu((delta.reshape(b * t, f) @ w_hd.reshape(n * hs, f).T)
+                                        .reshape(b, t, n, hs).permute(2, 0, 1, 3)
+                                        + params["hidden_decay.bias"][:, None, None, :]))      # (N, B, T, H)
+        w_in = params["input_gates.weight"]                                                    # (N, 3H, 2F)
+        gates_in = torch.bmm(x_hat.reshape(n, b * t, f), w_in[:, :, :f].transpose(1, 2))
+        gates_in = gates_in + (mask.reshape(b * t, f) @ w_in[:, :, f:].reshape(n * 3 * hs, f).T
+                               ).reshape(b * t, n, 3 * hs).transpose(0, 1)
+        gates_in = (gates_in + params["input_gates.bias"][:, None, :]).reshape(n, b, t, 3 * hs)
+        w_rg = params["recurrent_gates.weight"].transpose(1, 2)                               # (N, H, 2H)
+        w_rc = params["recurrent_candidate.weight"].transpose(1, 2)                           # (N, H, H)
+        h = x.new_zeros(n, b, hs)
+        for step in range(t):
+            h_hat = gamma_h[:, :, step] * h
+            zr = torch.sigmoid(gates_in[:, :, step, :2 * hs] + torch.bmm(h_hat, w_rg))
+            z, r = zr[..., :hs], zr[..., hs:]
+            candidate = torch.tanh(gates_in[:, :, step, 2 * hs:] + torch.bmm(r * h_hat, w_rc))
+            h = (1 - z) * h_hat + z * candidate
+        return torch.bmm(h, params["output.weight"].transpose(1, 2)).squeeze(-1) + params["output.bias"]

@@ -152,13 +152,14 @@ class ExpMNFConfig(_Strict):
     affine: bool = Field(True, description="an elementwise affine layer before the flow layers")
     samples: int = Field(8, ge=1, description="parameter draws per step (N)")
     steps: int = Field(80, ge=1)
+    grud_samples: int = Field(4, ge=1, description="GRU-D: parameter draws per step")
     learning_rate: float = Field(3e-3, gt=0)
     optimizer: Literal["adam", "rmsprop"] = "adam"
     l1: float = Field(1e-3, ge=0, description="L1 regulariser in u (makes the target proper)")
     batch_size: int | None = Field(None, ge=1, description="logistic regression: records per utility estimate "
                                                            "(None: all, the exact utility)")
-    grud_batch_size: int | None = Field(128, ge=1, description="GRU-D: records per n/B-scaled utility estimate")
-    eval_samples: int = Field(100, ge=1, description="parameter draws evaluated per flow (seed 000: 1000)")
+    grud_batch_size: int | None = Field(64, ge=1, description="GRU-D: records per n/B-scaled utility estimate")
+    eval_samples: int = Field(50, ge=1, description="parameter draws evaluated per flow (seed 000: 1000)")
 
     @model_validator(mode="after")
     def _positive(self):
@@ -273,7 +274,7 @@ PROFILES: dict[str, dict] = {
     "full": {"training": {"seeds": 10, "search_budget": 10, "losses": ["bce", "l2"],
                           "dp_sgd": {"epsilons": SEED_000_EPSILONS},
                           "expm_nf": {"epsilons": SEED_000_EPSILONS, "seeds": 10, "eval_samples": 1000,
-                                      "steps": 300, "samples": 32}}},
+                                      "steps": 300, "samples": 32, "grud_samples": 16, "grud_batch_size": 256}}},
 }
 
 

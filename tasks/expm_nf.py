@@ -5,11 +5,13 @@ private release, scored by test AUROC; the row reports their median (and quartil
 mode (posterior-predictive average over the draws) and the MAP draw (highest utility on the
 *training* data), and the fit gap (spread of log q - eps~ u / 2s). The single private release is the
 first draw; the flow itself stays in the run directory (each further draw would cost privacy, if
-the mechanism were exact).
+the mechanism were exact). Every draw's test AUROC goes to ``<model file>.draws.json`` for the
+report's box plots.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +19,8 @@ import torch
 
 from models.batched_utility import BatchedUtility
 from models.classifiers import build_classifier
-from models.expm_nf import ExpMNFHyperparameters, fit_gap, map_parameters, posterior_predictive, \
-    sample_parameters, train_expm_nf
+from models.expm_nf import (ExpMNFHyperparameters, draw_probabilities, draw_utilities, fit_gap, map_index,
+                            posterior_predictive, sample_parameters, train_expm_nf)
 from models.metrics import binary_metrics
 from privehr.config import Cell, TrainingConfig
 
@@ -28,20 +30,10 @@ __all__ = ["default_expm_hyperparameters", "fit_expm_nf"]
 def default_expm_hyperparameters(cell: Cell, training: TrainingConfig) -> dict:
     c = training.expm_nf
     return {"flow": c.flow, "layers": c.layers, "m": c.m, "reflections": c.reflections, "base_sigma": c.base_sigma,
-            "affine": c.affine, "samples": c.samples, "steps": c.steps, "learning_rate": c.learning_rate,
+            "affine": c.affine, "samples": c.grud_samples if cell.model == "grud" else c.samples, "steps": c.steps,
+            "learning_rate": c.learning_rate,
             "optimizer": c.optimizer, "l1": c.l1,
             "batch_size": c.grud_batch_size if cell.model == "grud" else c.batch_size}
-
-
-def _metrics_of_draws(utility: BatchedUtility, theta: torch.Tensor, inputs, y: np.ndarray, chunk: int = 25):
-    """(AUROC, AUPRC) of each parameter draw on the evaluation records."""
-    rows = []
-    with torch.no_grad():
-        for i in range(0, len(theta), chunk):
-            for p in torch.sigmoid(utility.logits(theta[i:i + chunk], inputs)).cpu().numpy():
-                m = binary_metrics(y, p)
-                rows.append((m["auroc"], m["auprc"]))
-    return np.asarray(rows).reshape(-1, 2)
 
 
 def fit_expm_nf(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int, eval_data,
@@ -60,15 +52,19 @@ def fit_expm_nf(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int,
     theta, log_q = sample_parameters(result.flow, training.expm_nf.eval_samples, seed + 10_000)
     eval_inputs, eval_y = eval_data
     y_np = eval_y.cpu().numpy()
-    draws = _metrics_of_draws(utility, theta, eval_inputs, y_np)
+    chunk = 8 if cell.model == "grud" else 64  # GRU-D holds (draws, records, hours, variables) tensors
+    probabilities = draw_probabilities(utility, theta, eval_inputs, chunk)  # (draws, eval records), once
+    draws = np.array([[m["auroc"], m["auprc"]] for m in (binary_metrics(y_np, p) for p in probabilities)])
     aurocs = draws[:, 0]
-    released = theta[0]
-    bayes = binary_metrics(y_np, posterior_predictive(utility, theta, eval_inputs))
-    best = map_parameters(utility, theta)
-    map_metrics = binary_metrics(y_np, torch.sigmoid(utility.logits(best[None], eval_inputs)[0]).detach().cpu().numpy())
-    single = binary_metrics(y_np, torch.sigmoid(utility.logits(released[None], eval_inputs)[0]).detach().cpu().numpy())
-    gap = fit_gap(utility, cell.target_epsilon, theta, log_q)
+    released = theta[0]  # the single private release
+    bayes = binary_metrics(y_np, posterior_predictive(probabilities))
+    utilities = draw_utilities(utility, theta, chunk)  # on the training data, computed once
+    map_metrics = binary_metrics(y_np, probabilities[map_index(utilities)])
+    single = binary_metrics(y_np, probabilities[0])
+    gap = fit_gap(cell.target_epsilon, utility.sensitivity, utilities, log_q)
     if out is not None:
+        out.with_suffix(".draws.json").write_text(json.dumps({"auroc": draws[:, 0].tolist(),
+                                                             "auprc": draws[:, 1].tolist()}))
         torch.save({"cell": cell.model_dump(), "seed": seed, "hyperparameters": hp, "flow": result.flow.state_dict(),
                     "released_theta": released.cpu(), "loss_curve": result.history,
                     "note": "ExpM+NF: eps~ is a training parameter; no DP guarantee is proven"}, out)

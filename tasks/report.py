@@ -14,7 +14,8 @@ from prefect.context import get_run_context
 from prefect.exceptions import MissingContextError
 
 from models.result_summary import summarise_runs
-from tasks.figures import plot_auroc_vs_epsilon
+from privehr.config import Cell
+from tasks.figures import plot_auroc_vs_epsilon, plot_expm_boxplots
 
 __all__ = ["write_report", "results_table"]
 
@@ -50,6 +51,20 @@ def in_prefect_run() -> bool:
         return False
 
 
+def _expm_draws(run_dir: Path, runs: list[dict]) -> pd.DataFrame:
+    """Every ExpM+NF draw's test AUROC, from the files its fits wrote next to their models."""
+    parts = []
+    for r in runs:
+        if r["method"] != "expm_nf":
+            continue
+        cell = Cell(**{k: r[k] for k in ("label", "model", "method", "loss", "target_epsilon")})
+        path = run_dir / "models" / f"{cell.cell_id}-seed{r['seed']}.draws.json"
+        if path.exists():
+            parts.append(pd.DataFrame({"label": r["label"], "model": r["model"], "target_epsilon": r["target_epsilon"],
+                                       "auroc": json.loads(path.read_text())["auroc"]}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
 def _validation_lines(run_dir: Path) -> str:
     lines = []
     for path in sorted((run_dir / "validation").glob("*/validation.json")):
@@ -81,6 +96,7 @@ def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
     summary = summarise_runs(frame)
     summary.to_csv(run_dir / "results.csv", index=False)
     figure = plot_auroc_vs_epsilon(summary, run_dir / "auroc_vs_epsilon.png")
+    boxplots = plot_expm_boxplots(_expm_draws(run_dir, runs), run_dir / "expm_nf_auroc_boxplots.png")
     rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
             for r in summary.to_dict("records")]
     cohort = json.loads((run_dir / "cohort.json").read_text())
@@ -88,13 +104,15 @@ def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
     note = PRIVACY_NOTE.format(delta=delta)
     table = results_table(rows)
     markdown = (f"# privehr run {run_dir.name}\n\nMedian test metrics over seeds.\n\n{table}\n\n{note}\n\n"
-                f"![AUROC vs epsilon]({figure.name})\n\nCohort: {cohort['stays']} stays; exclusions "
+                f"![AUROC vs epsilon]({figure.name})\n\n"
+                + (f"![ExpM+NF AUROC of each draw]({boxplots.name})\n\n" if boxplots else "") +
+                f"Cohort: {cohort['stays']} stays; exclusions "
                 f"{cohort['exclusions']}. Split (stays): train {split['train']['stays']}, dev "
                 f"{split['dev']['stays']}, test {split['test']['stays']}.\n\n{_validation_lines(run_dir)}"
                 f"{_budget_lines(run_dir)}Artifacts: `{run_dir}`\n")
     (run_dir / "results.md").write_text(markdown)
     result = {"run_id": run_dir.name, "run_dir": str(run_dir), "results": rows, "runs": len(runs),
-              "figure": str(figure), "privacy_note": note,
+              "figure": str(figure), "expm_boxplots": str(boxplots) if boxplots else None, "privacy_note": note,
               "cohort": {k: cohort[k] for k in ("stays", "label_rates", "exclusions")}, "split": split}
     (run_dir / "metrics.json").write_text(json.dumps(result, indent=2, default=float))
     if in_prefect_run():

@@ -17,22 +17,22 @@ DEMO_EXTRACT = SHARED / "mimic_extract" / "demo" / "all_hourly_data.h5"
 HARROD_TABLE = SHARED / "reference_data" / "harrod_ehr" / "EHR_dataset.csv"
 
 
+def _shared(path: Path, what: str) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path} not found: {what} lives in ../shared (present in CI, absent from a plain clone)")
+    return path
+
+
 @pytest.fixture(scope="session")
 def real_demo_extract() -> Path:
     """The real MIMIC-Extract output built from the MIMIC-III demo (only beside a CI checkout)."""
-    if not DEMO_EXTRACT.exists():
-        pytest.skip(f"{DEMO_EXTRACT} not found: the real demo extract lives in ../shared (present in CI, "
-                    "absent from a plain clone)")
-    return DEMO_EXTRACT
+    return _shared(DEMO_EXTRACT, "the real demo extract")
 
 
 @pytest.fixture(scope="session")
 def harrod() -> Path:
     """Harrod et al.'s hemodynamic EHR table of seed 002 (transposed CSV; only beside a CI checkout)."""
-    if not HARROD_TABLE.exists():
-        pytest.skip(f"{HARROD_TABLE} not found: the Harrod table lives in ../shared (present in CI, absent from a "
-                    "plain clone)")
-    return HARROD_TABLE
+    return _shared(HARROD_TABLE, "the Harrod table")
 
 
 @pytest.fixture(scope="session")

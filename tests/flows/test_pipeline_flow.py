@@ -38,9 +38,10 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
             assert expm["loss"] == "l2" and expm["epsilon_prv"] is None
             assert 0 <= expm["auroc_bayes"] <= 1 and 0 <= expm["auroc_map"] <= 1 and expm["gap_std"] >= 0
     report = (run_dir / "results.md").read_text()
-    assert "| expm_nf | l2 | 1 |" in report
+    assert "| expm_nf | l2 | 1 |" in report and "expm_nf_auroc_boxplots.png" in report
+    assert (run_dir / "expm_nf_auroc_boxplots.png").stat().st_size > 10_000
     assert "Validation of `all_hourly_data.h5`: passed, 30 expectations" in report
-    assert "Privacy ledger: dataset" in report and "8 DP-SGD release(s)" in report
+    assert "Privacy ledger: dataset" in report and "16 DP-SGD release(s)" in report
     for (label, model, method, eps), r in rows.items():
         assert 0 <= r["auroc_median"] <= 1
         if method == "dp_sgd":

@@ -9,8 +9,8 @@ from torch.func import jacrev
 from models.batched_utility import BatchedUtility, flat_parameters
 from models.classifiers import build_classifier, classifier_inputs
 from models.expm_grid import grid_log_density, grid_samples, ks_marginals, mmd2
-from models.expm_nf import (ExpMNFHyperparameters, fit_gap, map_parameters, posterior_predictive,
-                            sample_parameters, train_expm_nf)
+from models.expm_nf import (ExpMNFHyperparameters, draw_probabilities, draw_utilities, fit_gap, map_index,
+                            posterior_predictive, sample_parameters, train_expm_nf)
 from models.parameter_flow import ParameterFlow
 from models.planar_flow import PlanarFlow
 from models.sylvester_flow import SylvesterFlow
@@ -117,7 +117,7 @@ def test_flow_approaches_the_exact_mechanism_in_two_dimensions():
         ks = ks_marginals(theta.numpy(), log_p, axes)
         assert max(ks) < 0.2, (eps, ks)
         assert mmd2(theta.numpy(), grid_samples(log_p, axes, 800)) < 0.05
-        assert fit_gap(u, eps, theta, log_q)["gap_std"] < 1.0
+        assert fit_gap(eps, u.sensitivity, draw_utilities(u, theta), log_q)["gap_std"] < 1.0
     # the comparison discriminates: the eps = 8 flow is far from the eps = 0.5 mechanism
     assert max(ks_marginals(results[8.0][0], results[0.5][1], axes)) > 0.3
 
@@ -130,10 +130,13 @@ def test_release_modes():
     flow = train_expm_nf(u, ExpMNFHyperparameters(epsilon=50.0, steps=150, samples=32, learning_rate=2e-2,
                                                   base_sigma=0.1)).flow
     theta, _ = sample_parameters(flow, 64, 0)
-    p = posterior_predictive(u, theta, x)
+    probabilities = draw_probabilities(u, theta, x, chunk=10)
+    assert probabilities.shape == (64, 200)
+    p = posterior_predictive(probabilities)
     assert p.shape == (200,) and ((0 <= p) & (p <= 1)).all()
-    best = map_parameters(u, theta)
-    assert np.isclose(float(u(best[None])[0]), float(u(theta).max()), atol=1e-4)
+    assert np.allclose(p, torch.sigmoid(u.logits(theta)).mean(0).numpy(), atol=1e-6)
+    utilities = draw_utilities(u, theta, chunk=10)
+    assert np.isclose(float(u(theta[map_index(utilities)][None])[0]), float(u(theta).max()), atol=1e-4)
     assert torch.equal(sample_parameters(flow, 64, 0)[0], theta)  # seeded draws
 
 
