@@ -54,9 +54,3 @@ class ParameterFlow(nn.Module):
             z, log_det = layer(z)
             log_q = log_q - log_det
         return z, log_q
-
-    def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """n parameter vectors and their log density (differentiable in the flow's parameters)."""
-        device = next(self.parameters()).device
-        z = torch.randn(n, self.dim, generator=generator, device=device if generator is None else generator.device)
-        return self.push(z.to(device) * self.base_sigma)
