@@ -52,10 +52,6 @@ class BatchedUtility:
         self.inputs, self.y, self.l1, self.n = inputs, y, float(l1), len(y)
         self.sensitivity = 1.0
 
-    def unflatten(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
-        """One parameter vector (D,) as the module's named parameters."""
-        return {n: t.view(s) for n, t, s in zip(self.names, theta.split(self.sizes), self.shapes)}
-
     def batched_params(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
         """(N, D) parameter vectors as the module's named parameters, each with a leading N axis."""
         parts = theta.split(self.sizes, dim=1)
@@ -68,9 +64,9 @@ class BatchedUtility:
         if not generic and hasattr(self.model, "batched_logits"):
             return self.model.batched_logits(self.batched_params(theta), *inputs)
 
-        def one(t):
-            return functional_call(self.model, ({**self.unflatten(t), **self.buffers}), inputs).reshape(-1)
-        return vmap(one)(theta)
+        def one(params):
+            return functional_call(self.model, {**params, **self.buffers}, inputs).reshape(-1)
+        return vmap(one)(self.batched_params(theta))
 
     def __call__(self, theta: torch.Tensor, batch: torch.Tensor | None = None) -> torch.Tensor:
         """u(theta) for each row of theta; ``batch`` (record indices) gives the n/B-scaled estimate."""

@@ -11,7 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["VariableProfile", "stay_keys"]
+__all__ = ["VariableProfile", "outlier_bounds", "stay_keys"]
+
+
+def outlier_bounds(variables: list[str], bounds: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) outlier bounds per variable; NaN where a variable has none (never beyond it)."""
+    def col(attr):
+        return np.array([getattr(bounds[v], attr) if v in bounds and getattr(bounds[v], attr) is not None
+                         else np.nan for v in variables], dtype=float)
+    return col("outlier_low"), col("outlier_high")
 
 
 class VariableProfile:
@@ -27,7 +35,7 @@ class VariableProfile:
                              for b in spec], dtype=float)
         self.in_spec = np.array([b is not None for b in spec])
         self.valid_low, self.valid_high = col("valid_low"), col("valid_high")
-        self.hard_low, self.hard_high = col("hard_low"), col("hard_high")
+        self.outlier_low, self.outlier_high = outlier_bounds(self.variables, bounds)
         self.min_nonnull = np.array([b.min_nonnull_fraction if b is not None else 0.0 for b in spec])
         k = len(self.variables)
         self.rows, self.nonnull, self.beyond, self.outside = 0, np.zeros(k), np.zeros(k), np.zeros(k)
@@ -36,7 +44,7 @@ class VariableProfile:
     def beyond_outlier(self, means: np.ndarray) -> np.ndarray:
         """Boolean (rows x variables): values beyond the outlier (hard) bounds."""
         with np.errstate(invalid="ignore"):
-            return (means < self.hard_low) | (means > self.hard_high)
+            return (means < self.outlier_low) | (means > self.outlier_high)
 
     def update(self, means: np.ndarray) -> np.ndarray:
         """Add a chunk; return its beyond-outlier mask."""

@@ -10,14 +10,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["QUARANTINE_COLUMNS", "mask_beyond_bounds", "beyond_bounds", "missing_ids", "duplicate_keys",
+from models.hourly_profile import outlier_bounds
+
+__all__ = ["QUARANTINE_COLUMNS", "records", "mask_beyond_bounds", "beyond_bounds", "missing_ids", "duplicate_keys",
            "outside_domain",
            "below", "outside_range", "empty_records", "combine"]
 
 QUARANTINE_COLUMNS = ["column", "value", "reason"]
 
 
-def _frame(ids: pd.DataFrame, column: str, values, reason) -> pd.DataFrame:
+def records(ids: pd.DataFrame, column: str, values, reason) -> pd.DataFrame:
+    """A quarantine frame: the records' ids with the column concerned, each value and its reason."""
     out = ids.reset_index(drop=True).copy()
     out["column"] = column
     out["value"] = np.asarray(values, dtype=object) if len(ids) else []
@@ -38,19 +41,19 @@ def beyond_bounds(frame: pd.DataFrame, bounds: dict[str, tuple[float | None, flo
         bad = lo | hi
         if bad.any():
             reasons = np.where(lo[bad], f"below {what} low {low}", f"above {what} high {high}")
-            parts.append(_frame(frame.loc[bad, id_columns], column, v[bad], reasons))
+            parts.append(records(frame.loc[bad, id_columns], column, v[bad], reasons))
     return combine(parts, id_columns)
 
 
 def missing_ids(frame: pd.DataFrame, id_columns: list[str]) -> pd.DataFrame:
     bad = frame[id_columns].isna().any(axis=1).to_numpy()
-    return _frame(frame.loc[bad, id_columns], "", [None] * int(bad.sum()), "missing id")
+    return records(frame.loc[bad, id_columns], "", [None] * int(bad.sum()), "missing id")
 
 
 def duplicate_keys(frame: pd.DataFrame, key_columns: list[str], id_columns: list[str]) -> pd.DataFrame:
     """Every record whose key occurs more than once (all copies: none is trusted over another)."""
     bad = frame.duplicated(key_columns, keep=False).to_numpy()
-    return _frame(frame.loc[bad, id_columns], "", [None] * int(bad.sum()),
+    return records(frame.loc[bad, id_columns], "", [None] * int(bad.sum()),
                   f"duplicate key ({', '.join(key_columns)})")
 
 
@@ -59,26 +62,26 @@ def outside_domain(frame: pd.DataFrame, column: str, domain: list, id_columns: l
     v = frame[column]
     bad = (v.isna() | ~v.isin(domain)).to_numpy()
     reasons = np.where(v.isna().to_numpy()[bad], "missing label", f"label not in {domain}")
-    return _frame(frame.loc[bad, id_columns], column, v.to_numpy()[bad], reasons)
+    return records(frame.loc[bad, id_columns], column, v.to_numpy()[bad], reasons)
 
 
 def below(frame: pd.DataFrame, column: str, minimum: float, id_columns: list[str], reason: str) -> pd.DataFrame:
     v = pd.to_numeric(frame[column], errors="coerce")
     bad = (v < minimum).to_numpy()
-    return _frame(frame.loc[bad, id_columns], column, v.to_numpy()[bad], reason)
+    return records(frame.loc[bad, id_columns], column, v.to_numpy()[bad], reason)
 
 
 def outside_range(values: pd.Series, low: float, high: float, ids: pd.DataFrame, column: str,
                   reason: str) -> pd.DataFrame:
     v = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
     bad = (v < low) | (v > high)
-    return _frame(ids.loc[bad], column, v[bad], reason)
+    return records(ids.loc[bad], column, v[bad], reason)
 
 
 def empty_records(frame: pd.DataFrame, columns: list[str], id_columns: list[str]) -> pd.DataFrame:
     """Records with no value in any of ``columns``."""
     bad = frame[columns].isna().all(axis=1).to_numpy()
-    return _frame(frame.loc[bad, id_columns], "", [None] * int(bad.sum()), "no value in any kept attribute")
+    return records(frame.loc[bad, id_columns], "", [None] * int(bad.sum()), "no value in any kept attribute")
 
 
 def combine(parts: list[pd.DataFrame], id_columns: list[str]) -> pd.DataFrame:
@@ -89,23 +92,11 @@ def combine(parts: list[pd.DataFrame], id_columns: list[str]) -> pd.DataFrame:
 
 
 def mask_beyond_bounds(mean: np.ndarray, count: np.ndarray, variables: list[str], bounds: dict) -> int:
-    """In place: hourly means beyond each variable's outlier bounds become missing (count 0).
-
-    ``mean``/``count`` are (..., variables); ``bounds`` maps a variable to an object with ``hard_low``
-    and ``hard_high`` (None: unbounded). Returns how many values were masked."""
-    masked = 0
-    for j, name in enumerate(variables):
-        b = bounds.get(name)
-        if b is None:
-            continue
-        v = mean[..., j]
-        with np.errstate(invalid="ignore"):
-            bad = np.zeros(v.shape, bool)
-            if b.hard_low is not None:
-                bad |= v < b.hard_low
-            if b.hard_high is not None:
-                bad |= v > b.hard_high
-        v[bad] = np.nan
-        count[..., j][bad] = 0
-        masked += int(bad.sum())
-    return masked
+    """In place: hourly means beyond each variable's outlier bounds become missing (count 0), the same
+    rule as the validation's quarantine. ``mean``/``count`` are (..., variables). Returns how many."""
+    low, high = outlier_bounds(variables, bounds)
+    with np.errstate(invalid="ignore"):
+        bad = (mean < low) | (mean > high)
+    mean[bad] = np.nan
+    count[bad] = 0
+    return int(bad.sum())

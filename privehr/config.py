@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validator
 
 from privehr.errors import InputError
 
@@ -120,8 +120,8 @@ class NonPrivateConfig(_Strict):
 class DPSGDConfig(_Strict):
     """DP-SGD with Opacus: Poisson sampling, flat clipping, sigma calibrated to each target epsilon."""
 
-    epsilons: list[float] = Field(default_factory=lambda: [0.1, 1.0, 3.5, 10.0], min_length=1,
-                                  description="target epsilons (PRV and RDP both stay below each)")
+    epsilons: list[PositiveFloat] = Field(default_factory=lambda: [0.1, 1.0, 3.5, 10.0], min_length=1,
+                                          description="target epsilons (PRV and RDP both stay below each)")
     delta: float = Field(1e-5, gt=0, lt=1)
     max_grad_norm: float = Field(1.0, gt=0)
     epochs: int = Field(10, ge=1)
@@ -129,20 +129,14 @@ class DPSGDConfig(_Strict):
     learning_rate: float = Field(1e-2, gt=0)
     weight_decay: float = Field(0.0, ge=0, description="decoupled (AdamW): post-processing, no privacy cost")
 
-    @model_validator(mode="after")
-    def _positive(self):
-        if any(e <= 0 for e in self.epsilons):
-            raise ValueError("every target epsilon must be positive")
-        return self
-
 
 class ExpMNFConfig(_Strict):
     """ExpM+NF (seed 000): a flow trained by reverse KL towards exp(eps~ u / 2s), u = -sum of squared errors.
 
     eps~ is a training parameter: no differential-privacy guarantee is proven for ExpM+NF."""
 
-    epsilons: list[float] = Field(default_factory=lambda: [0.1, 1.0, 3.5, 10.0], min_length=1,
-                                  description="eps~ of the targeted exponential mechanism")
+    epsilons: list[PositiveFloat] = Field(default_factory=lambda: [0.1, 1.0, 3.5, 10.0], min_length=1,
+                                          description="eps~ of the targeted exponential mechanism")
     seeds: int | None = Field(2, ge=1, description="flows per cell (None: training.seeds)")
     flow: Literal["planar", "sylvester"] = "sylvester"
     layers: int = Field(4, ge=1)
@@ -160,12 +154,6 @@ class ExpMNFConfig(_Strict):
                                                            "(None: all, the exact utility)")
     grud_batch_size: int | None = Field(64, ge=1, description="GRU-D: records per n/B-scaled utility estimate")
     eval_samples: int = Field(50, ge=1, description="parameter draws evaluated per flow (seed 000: 1000)")
-
-    @model_validator(mode="after")
-    def _positive(self):
-        if any(e <= 0 for e in self.epsilons):
-            raise ValueError("every eps~ must be positive")
-        return self
 
 
 class GRUDConfig(_Strict):

@@ -47,15 +47,6 @@ class VariableBounds(_Strict):
                              f"<= outlier_high")
         return self
 
-    @property
-    def hard_low(self) -> float | None:
-        """Values below this are impossible and are quarantined (None: no such bound)."""
-        return self.outlier_low
-
-    @property
-    def hard_high(self) -> float | None:
-        return self.outlier_high
-
 
 class StayHours(_Strict):
     min: float = 12

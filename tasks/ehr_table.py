@@ -99,7 +99,7 @@ def parse_ehr_table(table: pd.DataFrame, spec: EHRTableSpec) -> EHRTable:
     for column in attributes:
         bad = non_numeric[column].to_numpy()
         if bad.any():
-            parts.append(q._frame(table.loc[bad, [ID]], column, tokens.loc[bad, column],
+            parts.append(q.records(table.loc[bad, [ID]], column, tokens.loc[bad, column],
                                   "non-numeric token (not a number and not an NA token of the spec)"))
     parsed = pd.concat([table[[ID]], numbers], axis=1)
     bounds = {a.name: (a.valid_low, a.valid_high) for a in spec.attributes}
