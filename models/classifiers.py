@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -17,7 +18,7 @@ from models.grud import GRUD
 from models.hourly_features import flatten_for_linear
 from models.logistic_regression import LogisticRegression
 
-__all__ = ["MODELS", "build_classifier", "classifier_inputs"]
+__all__ = ["MODELS", "build_classifier", "classifier_inputs", "seeded_build"]
 
 MODELS = ("logistic_regression", "grud")
 
@@ -40,9 +41,14 @@ _INIT_LOCK = threading.Lock()
 def build_classifier(name: str, n_variables: int, n_hours: int, *, seed: int, hidden_size: int = 32,
                      batch_norm: bool = False, dropout: float = 0.0) -> nn.Module:
     """A freshly initialised classifier whose weights depend on ``seed`` alone, whatever else runs."""
+    return seeded_build(lambda: _construct(name, n_variables, n_hours, hidden_size, batch_norm, dropout), seed)
+
+
+def seeded_build(build: Callable[[], nn.Module], seed: int) -> nn.Module:
+    """``build()`` with torch's global generator seeded by ``seed``, under a lock shared by all builders."""
     with _INIT_LOCK:
         torch.manual_seed(seed)
-        return _construct(name, n_variables, n_hours, hidden_size, batch_norm, dropout)
+        return build()
 
 
 def _construct(name, n_variables, n_hours, hidden_size, batch_norm, dropout) -> nn.Module:

@@ -30,7 +30,7 @@ import models.grad_samplers  # noqa: F401  (registers Opacus rules for privehr's
 from models.losses import binary_loss
 from models.privacy_accounting import PrivacySpend, calibrate_noise_multiplier, epsilon_spent
 
-__all__ = ["DPSGDHyperparameters", "DPSGDResult", "train_dp_sgd", "poisson_schedule"]
+__all__ = ["DPSGDHyperparameters", "DPSGDResult", "train_dp_sgd", "poisson_schedule", "make_private_poisson"]
 
 
 @dataclass(frozen=True)
@@ -55,11 +55,32 @@ def poisson_schedule(n: int, batch_size: int, epochs: int) -> tuple[float, int]:
     return 1 / batches, epochs * batches
 
 
+def make_private_poisson(model: nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
+                         noise_multiplier: float, max_grad_norm: float, seed: int, grad_sample_mode: str = "hooks"):
+    """Opacus's PrivacyEngine over ``loader`` with Poisson sampling and seeded generators.
+
+    Returns (engine, private module, DP optimizer, Poisson loader). The noise generator (seed + 1)
+    and the sampler's generator (seed + 2) are private to the run, so concurrent runs in one
+    process stay reproducible instead of sharing torch's global RNG.
+    """
+    device = next(p for p in model.parameters() if p.requires_grad).device
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ss]ecure RNG.*")  # secure_mode needs torchcsprng
+        engine = PrivacyEngine(accountant="prv")
+        engine.secure_rng = torch.Generator().manual_seed(seed + 2)  # handed to the Poisson sampler
+        private, optimizer, private_loader = engine.make_private(
+            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=noise_multiplier,
+            max_grad_norm=max_grad_norm, poisson_sampling=True, grad_sample_mode=grad_sample_mode,
+            noise_generator=torch.Generator(device=device).manual_seed(seed + 1))
+    return engine, private, optimizer, private_loader
+
+
 def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: torch.Tensor,
                  hp: DPSGDHyperparameters, target_epsilon: float, delta: float = 1e-5,
-                 loss: str = "bce", grad_sample_mode: str = "hooks") -> tuple[nn.Module, DPSGDResult]:
+                 loss: str = "bce", grad_sample_mode: str = "hooks", progress=None) -> tuple[nn.Module, DPSGDResult]:
     """Train ``model`` privately; return the trained (unwrapped) module and the privacy spent.
 
+    ``progress(done, total)``, if given, is called after every epoch.
     ``x_train`` are the model's positional inputs (batch first). The returned epsilon is computed
     from the steps actually taken; it never exceeds ``target_epsilon``.
     """
@@ -74,17 +95,8 @@ def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: t
 
     model.train()  # Opacus validates the module in training mode
     optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
-    noise_generator = torch.Generator(device=device).manual_seed(hp.seed + 1)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Ss]ecure RNG.*")  # documented above
-        engine = PrivacyEngine(accountant="prv")
-        # Opacus hands this generator to the Poisson sampler (secure_mode stays off): a per-run seed keeps
-        # runs reproducible when several train at once in one process, instead of sharing torch's global RNG
-        engine.secure_rng = torch.Generator().manual_seed(hp.seed + 2)
-        private, optimizer, private_loader = engine.make_private(
-            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=calibrated.noise_multiplier,
-            max_grad_norm=hp.max_grad_norm, poisson_sampling=True, grad_sample_mode=grad_sample_mode,
-            noise_generator=noise_generator)
+    engine, private, optimizer, private_loader = make_private_poisson(
+        model, optimizer, loader, calibrated.noise_multiplier, hp.max_grad_norm, hp.seed, grad_sample_mode)
     loss_fn = binary_loss(loss)
     history = []
     warnings.filterwarnings("ignore", message="Full backward hook is firing")  # inputs need no grad: harmless
@@ -103,6 +115,8 @@ def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: t
             seen += len(target)
             empty += len(target) == 0
         history.append({"epoch": epoch, "train_loss": total / max(seen, 1), "examples": seen, "empty_batches": empty})
+        if progress is not None:
+            progress(epoch, hp.epochs)
     sigma, q, taken = engine.accountant.history[0] if len(engine.accountant.history) == 1 else (
         calibrated.noise_multiplier, sample_rate, sum(h[2] for h in engine.accountant.history))
     spent = epsilon_spent(sigma, q, taken, delta, target_epsilon)

@@ -57,6 +57,7 @@ def _prv_error(target: float) -> float:
     return max(min(0.01, target / 10), 1e-8)
 
 
+@lru_cache(maxsize=1024)  # pure in its arguments; every run of a grid cell asks for the same (sigma, q, T, delta)
 def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
                   target_epsilon: float | None = None) -> PrivacySpend:
     """epsilon after ``steps`` Poisson-subsampled Gaussian steps, from PRV and RDP."""
