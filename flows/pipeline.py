@@ -1,5 +1,5 @@
-"""privehr-pipeline: ingest -> validate (GX gate) -> cohort -> split -> features -> search[cell]
--> budget check -> fit[cell, seed] -> ledger -> report -> version.
+"""privehr-pipeline: [dvc pull of missing inputs] -> ingest -> validate (GX gate) -> cohort -> split -> features -> search[cell]
+-> budget check -> fit[cell, seed] -> ledger -> [privehr-synthesize subflow on the EHR table] -> report -> version.
 
 The flow only wires tasks; each task reads and writes files in ``artifacts/<run-id>/`` and passes
 paths on, so no patient-level value enters Prefect's database or result storage. Training fans out:
@@ -13,6 +13,7 @@ from __future__ import annotations
 from prefect import flow, unmapped
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.synthesis import synthesize_ehr
 from models.device import resolve_device
 from privehr.config import PipelineConfig
 from tasks.cohort import build_cohort
@@ -25,7 +26,7 @@ from tasks.split import split_cohort
 from tasks.static_imputation import impute_static_table
 from tasks.train import CONCURRENT_FITS, fit_and_evaluate, search_hyperparameters
 from tasks.validate import validate_delivery
-from tasks.versioning import version_run
+from tasks.versioning import pull_inputs, version_run
 
 __all__ = ["pipeline", "on_dask"]
 
@@ -36,6 +37,8 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     data, training = config.data, config.training
     window = dict(window_hours=data.window_hours, gap_hours=data.gap_hours, chunk_rows=data.chunk_rows)
     run_dir = create_run_directory(config)
+    if config.versioning.dvc:
+        pull_inputs([str(data.hdf5_path)] + ([str(config.synthesis.path)] if config.synthesis else []))
     ingest_extract(str(data.hdf5_path), run_dir, **window)
     checks, spec = config.validation, str(config.validation.spec) if config.validation.spec else None
     report = validate_delivery(str(data.hdf5_path), run_dir, mimic_spec=spec, stop_on_critical=checks.stop_on_critical,
@@ -55,6 +58,8 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
             for i, cell in enumerate(cells) for seed in range(training.seeds_for(cell))]
     rows = [r.result() for r in runs]
     record_releases(run_dir, rows, str(config.privacy.ledger_path))
+    if config.synthesis is not None:
+        synthesize_ehr(config.synthesis_run(run_dir), config.device)
     summary = write_report(run_dir, rows, training.dp_sgd.delta)
     if config.versioning.dvc:
         summary["versioning"] = version_run(run_dir, config.versioning.push)

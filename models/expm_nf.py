@@ -61,10 +61,11 @@ class ExpMNFResult:
 
 
 def train_expm_nf(utility: BatchedUtility, hp: ExpMNFHyperparameters, device: torch.device | str = "cpu",
-                  flow: ParameterFlow | None = None, round_: int = 0) -> ExpMNFResult:
+                  flow: ParameterFlow | None = None, round_: int = 0, progress=None) -> ExpMNFResult:
     """Fit a flow to exp(eps u / 2s) by reverse KL; returns the flow (in eval mode) and the loss curve.
 
-    ``flow`` continues training an earlier flow for ``hp.steps`` more steps (``round_`` varies the draws)."""
+    ``flow`` continues training an earlier flow for ``hp.steps`` more steps (``round_`` varies the draws);
+    ``progress(done, total)``, if given, is called after every step."""
     generator = torch.Generator(device=device).manual_seed(hp.seed + 7919 * round_)
     if flow is None:
         flow = ParameterFlow(utility.dim, hp.layers, hp.flow, hp.base_sigma, hp.m, hp.reflections, hp.affine,
@@ -77,7 +78,7 @@ def train_expm_nf(utility: BatchedUtility, hp: ExpMNFHyperparameters, device: to
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=20)
     scale = hp.epsilon / (2 * utility.sensitivity)
     history = []
-    for _ in range(hp.steps):
+    for step in range(1, hp.steps + 1):
         z = torch.randn(hp.samples, utility.dim, generator=generator, device=device) * flow.base_sigma
         theta, log_q = flow.push(z)
         batch = None
@@ -89,6 +90,8 @@ def train_expm_nf(utility: BatchedUtility, hp: ExpMNFHyperparameters, device: to
         optimizer.step()
         scheduler.step(loss.item())
         history.append(float(loss.detach()))
+        if progress is not None:
+            progress(step, hp.steps)
     return ExpMNFResult(flow.eval(), history)
 
 

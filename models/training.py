@@ -55,8 +55,10 @@ def predict_proba(model: nn.Module, x, batch_size: int = 4096) -> np.ndarray:
 
 def fit_binary_classifier(model: nn.Module, x_train, y_train: torch.Tensor, x_dev=None,
                           y_dev: torch.Tensor | None = None, hp: TrainingHyperparameters = TrainingHyperparameters(),
-                          loss: str = "bce") -> TrainingResult:
-    """Train ``model`` (returning logits) in place; with dev data it ends holding the best-dev parameters."""
+                          loss: str = "bce", progress=None) -> TrainingResult:
+    """Train ``model`` (returning logits) in place; with dev data it ends holding the best-dev parameters.
+
+    ``progress(done, total)``, if given, is called after every epoch."""
     x_train = _as_inputs(x_train)
     generator = torch.Generator().manual_seed(hp.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
@@ -85,6 +87,8 @@ def fit_binary_classifier(model: nn.Module, x_train, y_train: torch.Tensor, x_de
             else:
                 stale += 1
         history.append(record)
+        if progress is not None:
+            progress(epoch, hp.max_epochs)
         if x_dev is not None and stale >= hp.patience:
             break
     if best[2] is not None:

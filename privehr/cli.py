@@ -158,7 +158,17 @@ def _cmd_run(args) -> int:
     from tasks.mimic_extract import check_extract
 
     config = _config_from(args)
+    if args.no_synthesis:
+        config = config.model_copy(update={"synthesis": None})
+    if config.versioning.dvc:  # a fresh clone: fetch the versioned inputs before checking them
+        from tasks.versioning import pull_inputs
+
+        pull_inputs.fn([str(config.data.hdf5_path)] + ([str(config.synthesis.path)] if config.synthesis else []))
     check_extract(config.data.hdf5_path)  # fail fast, before Prefect starts
+    if config.synthesis is not None and not Path(config.synthesis.path).exists():
+        raise InputError(f"the profile also synthesises the EHR table {config.synthesis.path}, which does not exist; "
+                         "write the demo table with `privehr demo-data ehr --out data/ehr/EHR_dataset.csv`, point "
+                         "synthesis.path at yours in --config, or pass --no-synthesis")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.pipeline import on_dask, pipeline
     from tasks.report import results_table
@@ -194,6 +204,61 @@ def _cmd_privacy_ledger(args) -> int:
         if t.unproven_epsilon_tilde:
             lines.append(f"    ExpM+NF releases (no proven guarantee; epsilon~ {t.unproven_epsilon_tilde})")
     _emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def _cmd_privacy_convert(args) -> int:
+    from models.budget_conversion import convert_budget
+
+    try:
+        out = convert_budget(sample_rate=args.sample_rate, steps=args.steps, delta=args.delta, sigma=args.sigma,
+                             mu=args.mu, epsilon=args.epsilon)
+    except (ValueError, RuntimeError) as err:
+        raise InputError(f"cannot convert: {err}") from None
+    fmt = lambda v: "n/a (accountant failed)" if v is None else f"{v:.4g}"  # noqa: E731
+    _emit(args, out, "\n".join([
+        f"Poisson rate q = {out['sample_rate']:g}, T = {out['steps']} steps, delta = {out['delta']:g} "
+        f"(given: {out['given']})",
+        f"  noise multiplier sigma: {fmt(out['noise_multiplier'])}",
+        f"  mu-GDP (CLT):           {fmt(out['mu'])}",
+        f"  epsilon PRV (claimed):  {fmt(out['epsilon_prv'])}",
+        f"  epsilon RDP (bound):    {fmt(out['epsilon_rdp'])}",
+        f"  epsilon GDP (CLT; can underestimate): {fmt(out['epsilon_gdp'])}"]))
+    return 0
+
+
+def _cmd_synthesize(args) -> int:
+    from privehr.config import SynthesisConfig
+
+    raw = {}
+    if args.config is not None:
+        import yaml
+
+        if not args.config.exists():
+            raise InputError(f"config file not found: {args.config}")
+        raw = yaml.safe_load(args.config.read_text()) or {}
+    raw |= {k: v for k, v in {"path": args.data, "spec": args.spec, "run_id": args.run_id,
+                               "artifacts_dir": args.artifacts_dir, "runs": args.runs, "releases": args.releases,
+                               "mus": args.mu, "epsilons": args.epsilon}.items() if v is not None}
+    if args.m is not None or args.steps is not None:
+        raw.setdefault("mice", {}).update({"m": args.m} if args.m is not None else {})
+        raw.setdefault("dpnf", {}).update({"steps": args.steps} if args.steps is not None else {})
+    try:
+        config = SynthesisConfig.model_validate(raw)
+    except ValueError as err:
+        raise InputError(f"invalid synthesize settings: {err}") from None
+    if not Path(config.path).exists():
+        raise InputError(f"EHR table not found: {config.path}; pass --data, or write the demo table with "
+                         "`privehr demo-data ehr --out data/ehr/EHR_dataset.csv`")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.synthesis import synthesize_ehr
+
+    summary = synthesize_ehr(config, args.device)
+    means = ", ".join(f"{b} {v:.2f}" for b, v in summary["mean_svm_accuracy_by_budget"].items())
+    _emit(args, summary, "\n".join([
+        f"{summary['flows']} flows, {summary['tables']} synthetic tables",
+        f"  mean SVM accuracy (train on synthetic, test on real) by budget: {means}",
+        f"  report: {summary['report']}", f"run directory: {summary['run_dir']}"]))
     return 0
 
 
@@ -292,6 +357,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--dask", action="store_true", help="run the task fan-out on a local Dask cluster")
     run.add_argument("--dask-address", help="scheduler of a Dask cluster (tcp://host:8786) for the fan-out")
     run.add_argument("--dask-workers", type=int, default=2, help="workers of the local Dask cluster")
+    run.add_argument("--no-synthesis", action="store_true", help="skip the DP-NF synthesis of the EHR table")
     run.add_argument("--resume", action="store_true",
                      help="continue --run-id after a crash or kill: finished grid cells are not retrained")
     run.set_defaults(func=_cmd_run)
@@ -303,6 +369,32 @@ def _parser() -> argparse.ArgumentParser:
     ledger.add_argument("--delta", type=float, default=1e-5, help="delta at which DP-SGD releases are composed")
     ledger.add_argument("--config", type=Path)
     ledger.set_defaults(func=_cmd_privacy_ledger)
+    convert = privacy_sub.add_parser("convert", parents=[common], help="sigma <-> mu-GDP <-> (epsilon, delta) for "
+                                     "T Poisson-subsampled Gaussian steps")
+    given = convert.add_mutually_exclusive_group(required=True)
+    given.add_argument("--sigma", type=float, help="noise multiplier")
+    given.add_argument("--mu", type=float, help="mu-GDP (seed 002's budgets)")
+    given.add_argument("--epsilon", type=float, help="target epsilon (sigma calibrated by PRV and RDP)")
+    convert.add_argument("--sample-rate", type=float, required=True, help="Poisson sampling rate q")
+    convert.add_argument("--steps", type=int, required=True, help="steps T")
+    convert.add_argument("--delta", type=float, default=1e-5)
+    convert.set_defaults(func=_cmd_privacy_convert)
+
+    synth = sub.add_parser("synthesize", parents=[common], help="DP-NF synthetic data from an EHR table: validate, "
+                           "MICE, DP-NF per budget, utility and fidelity report")
+    synth.add_argument("--data", type=Path, help="the table (default data/ehr/EHR_dataset.csv)")
+    synth.add_argument("--spec", help="spec name or YAML path (default harrod_ehr)")
+    synth.add_argument("--config", type=Path, help="YAML of SynthesisConfig settings")
+    synth.add_argument("--mu", type=float, nargs="+", help="mu-GDP budgets (default 6.10 3.92 2.45 1.49)")
+    synth.add_argument("--epsilon", type=float, nargs="+", help="(epsilon, delta) budgets")
+    synth.add_argument("--m", type=int, help="MICE imputations")
+    synth.add_argument("--runs", type=int, help="flows per imputation and budget")
+    synth.add_argument("--releases", type=int, help="synthetic tables per flow")
+    synth.add_argument("--steps", type=int, help="DP-SGD steps T")
+    synth.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    synth.add_argument("--run-id")
+    synth.add_argument("--artifacts-dir", type=Path)
+    synth.set_defaults(func=_cmd_synthesize)
 
     audit = sub.add_parser("audit", parents=[common], help="LiRA and one-run audit of a finished run")
     audit.add_argument("run_dir", type=Path, help="artifacts/<run-id> of a privehr-pipeline run")

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validato
 
 from privehr.errors import InputError
 
-__all__ = ["ExpMNFConfig", "DataConfig", "ValidationConfig",
+__all__ = ["ExpMNFConfig", "DPNFConfig", "Budget", "SynthesisConfig", "DataConfig", "ValidationConfig",
            "StewardConfig", "MICEConfig", "StaticImputationConfig", "EHRPrepareConfig", "SplitConfig",
            "NonPrivateConfig", "DPSGDConfig", "GRUDConfig", "TrainingConfig",
            "Cell", "AuditConfig", "PrivacyConfig", "VersioningConfig", "PipelineConfig", "PROFILES", "load_config"]
@@ -25,6 +25,12 @@ Model = Literal["logistic_regression", "grud"]
 Method = Literal["non_private", "dp_sgd", "expm_nf"]
 AuditedMethod = Literal["non_private", "dp_sgd"]
 Loss = Literal["bce", "l2"]
+
+
+def _resume_needs_run_id(config):
+    if config.resume and not config.run_id:
+        raise ValueError("resume needs the run_id of the run to continue")
+    return config
 
 
 class _Strict(BaseModel):
@@ -90,6 +96,74 @@ class EHRPrepareConfig(_Strict):
     stop_on_critical: bool = True
     artifacts_dir: Path = Path("artifacts")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$")
+
+
+class DPNFConfig(_Strict):
+    """The masked autoregressive flow and its DP-SGD training (seed 002 used 15 blocks x 200 hidden, C = 10,
+    r = 0.5, T = 8000, SGD lr 2e-5 with batch norm; privehr has no batch norm and uses Adam)."""
+
+    blocks: int = Field(5, ge=1, description="MADE blocks, reversed order between blocks")
+    hidden_size: int = Field(64, ge=2)
+    hidden_layers: int = Field(1, ge=1)
+    steps: int = Field(1000, ge=1, description="DP-SGD steps T")
+    sample_rate: float = Field(0.5, gt=0, le=1, description="Poisson rate q (seed 002: r = 0.5); the effective "
+                                                            "q = 1 / ceil(n / ceil(q n)) is recorded")
+    max_grad_norm: float = Field(10.0, gt=0, description="per-sample clipping norm C (seed 002: 10)")
+    learning_rate: float = Field(3e-3, gt=0, description="Adam")
+
+
+class Budget(_Strict):
+    """One privacy budget of a synthesis grid: mu-GDP, an (epsilon, delta) target, or none (non-private)."""
+
+    kind: Literal["mu", "epsilon", "non_private"]
+    value: float | None = None
+
+    @model_validator(mode="after")
+    def _value_matches_kind(self):
+        if (self.kind == "non_private") != (self.value is None) or (self.value is not None and self.value <= 0):
+            raise ValueError("mu and epsilon budgets need a positive value; non_private takes none")
+        return self
+
+    @property
+    def label(self) -> str:
+        return "inf" if self.kind == "non_private" else f"{self.kind}{self.value:g}"
+
+
+class SynthesisConfig(EHRPrepareConfig):
+    """``privehr-synthesize``: validate -> split -> MICE -> DP-NF per (imputation, budget, run) -> releases ->
+    utility (train on synthetic, test on real) and fidelity -> report and privacy ledger."""
+
+    mice: MICEConfig = MICEConfig(trace=False)
+    mus: list[PositiveFloat] = Field(default_factory=lambda: [6.10, 3.92, 2.45, 1.49],
+                                     description="budgets as mu-GDP (seed 002); sigma = 1/sqrt(log(1 + (mu/q)^2/T))")
+    epsilons: list[PositiveFloat] = Field(default_factory=list, description="budgets as (epsilon, delta) targets: "
+                                                                            "sigma calibrated by PRV and RDP")
+    non_private: bool = Field(True, description="also a non-private flow (seed 002's mu = infinity column)")
+    delta: float = Field(1e-5, gt=0, lt=1)
+    dpnf: DPNFConfig = DPNFConfig()
+    runs: int = Field(1, ge=1, description="flows per imputation and budget (seed 002: 10)")
+    releases: int = Field(2, ge=1, description="synthetic tables per flow (seed 002: 10)")
+    rows: int | None = Field(None, ge=1, description="rows per synthetic table (default: as many patients as the "
+                                                     "validated table has)")
+    scaling: Literal["bounds", "train"] = Field("bounds", description="bounds: center/scale from the spec's "
+                                                "bounds (data-independent); train: training mean/sd (not private)")
+    classification_target: str = Field("hypertensive", description="SVM label (a 0/1 derived column)")
+    regression_target: str = Field("mean_pap", description="random-forest target (a derived column)")
+    ledger_path: Path = Field(Path("artifacts/privacy_ledger.jsonl"), description="the privacy ledger")
+    resume: bool = Field(False, description="continue run_id's directory: flows whose release record exists are "
+                                            "not retrained (a retrained flow would be a new, unrecorded release)")
+
+    _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))
+
+    def budgets(self) -> list[Budget]:
+        out = [Budget(kind="non_private")] if self.non_private else []
+        return out + [Budget(kind="mu", value=m) for m in self.mus] + [Budget(kind="epsilon", value=e)
+                                                                       for e in self.epsilons]
+
+    def jobs(self) -> list[dict]:
+        """(imputation, budget, run) triples, one DP-NF fit each."""
+        return [{"imputation": i, "budget": b.model_dump(), "run": r, "job_id": f"imp{i}-{b.label}-run{r}"}
+                for i in range(self.mice.m) for b in self.budgets() for r in range(self.runs)]
 
 
 class SplitConfig(_Strict):
@@ -236,6 +310,8 @@ class PipelineConfig(_Strict):
     split: SplitConfig = SplitConfig()
     static_imputation: StaticImputationConfig | None = Field(
         None, description="also impute the cohort's static table with MICE (off by default)")
+    synthesis: SynthesisConfig | None = Field(
+        None, description="also synthesise an EHR table with DP-NF; its run goes to <run>/synthesis/")
     labels: list[Label] = Field(default_factory=lambda: ["mort_icu", "los_3"], min_length=1)
     training: TrainingConfig = TrainingConfig()
     privacy: PrivacyConfig = PrivacyConfig()
@@ -247,22 +323,27 @@ class PipelineConfig(_Strict):
     resume: bool = Field(False, description="continue run_id's directory: grid cells whose results exist for "
                                             "the same input, cell, hyperparameters and seed are not retrained")
 
-    @model_validator(mode="after")
-    def _resume_needs_run_id(self):
-        if self.resume and not self.run_id:
-            raise ValueError("resume needs the run_id of the run to continue")
-        return self
+    def synthesis_run(self, run_dir: str | Path) -> SynthesisConfig:
+        """The synthesis settings of a pipeline run: its own run directory <run>/synthesis, the run's ledger."""
+        return self.synthesis.model_copy(update={"artifacts_dir": Path(run_dir), "run_id": "synthesis",
+                                                 "ledger_path": self.privacy.ledger_path, "resume": self.resume})
+
+    _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))
 
 
 SEED_000_EPSILONS = [1e-4, 1e-3, 1e-2, 0.1, 0.5, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0]
 
+DEMO_SYNTHESIS = {"path": "data/ehr/EHR_dataset.csv", "mice": {"m": 2}, "runs": 1, "releases": 2}
+
 PROFILES: dict[str, dict] = {
-    "demo": {},
+    "demo": {"synthesis": DEMO_SYNTHESIS},
     # seed 000's grid: epsilon 1e-4 ... 10, both losses, 10 seeds (10 flows x 1000 samples), a real search
     "full": {"training": {"seeds": 10, "search_budget": 10, "losses": ["bce", "l2"],
                           "dp_sgd": {"epsilons": SEED_000_EPSILONS},
                           "expm_nf": {"epsilons": SEED_000_EPSILONS, "seeds": 10, "eval_samples": 1000,
-                                      "steps": 300, "samples": 32, "grud_samples": 16, "grud_batch_size": 256}}},
+                                      "steps": 300, "samples": 32, "grud_samples": 16, "grud_batch_size": 256}},
+             # seed 002: 5 imputations x 10 flows x 10 releases, T = 8000
+             "synthesis": {**DEMO_SYNTHESIS, "mice": {"m": 5}, "runs": 10, "releases": 10, "dpnf": {"steps": 8000}}},
 }
 
 

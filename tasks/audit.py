@@ -27,6 +27,7 @@ from models.training import TrainingHyperparameters, fit_binary_classifier  # no
 from privehr.config import AuditConfig  # noqa: E402
 from privehr.errors import InputError  # noqa: E402
 from tasks.features import load_split  # noqa: E402
+from tasks.progress import progress_artifact  # noqa: E402
 from tasks.report import in_prefect_run  # noqa: E402
 from tasks.run_directory import INTERMEDIATE  # noqa: E402
 from tasks.run_logging import run_logger  # noqa: E402
@@ -71,16 +72,17 @@ def train_shadow(config: AuditConfig, work: str, mechanism: str, shadow: int) ->
     model = build_classifier(config.model, shape[2], shape[1], seed=seed)
     before = _logits(model, inputs)
     half = tuple(t[keep] for t in inputs)
+    progress = progress_artifact(f"audit shadow {shadow} ({mechanism}): epochs")
     if mechanism == "non_private":
         c = config.non_private
         fit_binary_classifier(model, half, y[keep], hp=TrainingHyperparameters(
             learning_rate=c.learning_rate, weight_decay=c.weight_decay, batch_size=c.batch_size,
-            max_epochs=c.max_epochs, seed=seed))
+            max_epochs=c.max_epochs, seed=seed), progress=progress)
     else:
         c = config.dp_sgd
         model, _ = train_dp_sgd(model, half, y[keep], DPSGDHyperparameters(
             learning_rate=c.learning_rate, weight_decay=c.weight_decay, batch_size=c.batch_size, epochs=c.epochs,
-            max_grad_norm=c.max_grad_norm, seed=seed), config.epsilon, config.delta)
+            max_grad_norm=c.max_grad_norm, seed=seed), config.epsilon, config.delta, progress=progress)
     after = _logits(model, inputs)
     bce = torch.nn.functional.binary_cross_entropy_with_logits
     loss = lambda z: bce(torch.as_tensor(z), y, reduction="none").numpy()  # noqa: E731

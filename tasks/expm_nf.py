@@ -23,6 +23,7 @@ from models.expm_nf import (ExpMNFHyperparameters, draw_probabilities, draw_util
                             posterior_predictive, sample_parameters, train_expm_nf)
 from models.metrics import binary_metrics
 from privehr.config import Cell, TrainingConfig
+from tasks.progress import progress_artifact
 
 __all__ = ["default_expm_hyperparameters", "fit_expm_nf"]
 
@@ -48,7 +49,8 @@ def fit_expm_nf(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int,
                                    **{k: hp[k] for k in ("flow", "layers", "m", "reflections", "base_sigma", "affine",
                                                          "samples", "steps", "learning_rate", "optimizer",
                                                          "batch_size")}, l1=hp["l1"])
-    result = train_expm_nf(utility, params, device=y.device)
+    result = train_expm_nf(utility, params, device=y.device,
+                           progress=progress_artifact(f"{cell.cell_id} seed {seed}: ExpM+NF flow steps"))
     theta, log_q = sample_parameters(result.flow, training.expm_nf.eval_samples, seed + 10_000)
     eval_inputs, eval_y = eval_data
     y_np = eval_y.cpu().numpy()

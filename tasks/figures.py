@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-__all__ = ["plot_auroc_vs_epsilon", "plot_expm_boxplots"]
+__all__ = ["plot_auroc_vs_epsilon", "plot_expm_boxplots", "plot_synthesis_utility", "plot_marginals"]
 
 METHOD_LABELS = {"dp_sgd": "DP-SGD", "expm_nf": "ExpM+NF (eps~, no proven DP)"}
 
@@ -66,5 +66,48 @@ def plot_expm_boxplots(draws: pd.DataFrame, path: Path) -> Path | None:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_synthesis_utility(results: pd.DataFrame, originals: pd.DataFrame, budgets: list[str], path: Path) -> Path:
+    """SVM accuracy and random-forest MSE per budget (mean +- SD over tables), raw and truncated, with the
+    train-on-real baseline dashed."""
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, metric, name in zip(axes, ("svm_accuracy", "rf_mse"), ("SVM accuracy (hypertension)", "RF MSE (mean PAP)")):
+        for truncated, marker in ((False, "o"), (True, "s")):
+            part = results[results["truncated"] == truncated].groupby("budget_label")[metric]
+            mean, sd = part.mean().reindex(budgets), part.std(ddof=1).reindex(budgets).fillna(0)
+            ax.errorbar(range(len(budgets)), mean, yerr=sd, marker=marker, capsize=3,
+                        label="truncated" if truncated else "raw")
+        ax.axhline(originals[metric].mean(), ls="--", color="k", label="train on real")
+        ax.set_xticks(range(len(budgets)), budgets, rotation=30)
+        ax.set_title(name, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_marginals(real: pd.DataFrame, synthetic: pd.DataFrame, path: Path, title: str = "") -> Path:
+    """Histograms of each column, real against synthetic (seed 001 Fig. 3)."""
+    columns = list(real.columns)
+    ncols = 5
+    nrows = int(np.ceil(len(columns) / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.6 * ncols, 2.0 * nrows), squeeze=False)
+    for ax, column in zip(axes.ravel(), columns):
+        values = np.r_[real[column], synthetic[column]]
+        bins = np.linspace(np.nanpercentile(values, 1), np.nanpercentile(values, 99), 20)
+        ax.hist(real[column], bins=bins, alpha=0.5, density=True, label="real")
+        ax.hist(synthetic[column], bins=bins, alpha=0.5, density=True, label="synthetic")
+        ax.set_title(column, fontsize=7)
+        ax.tick_params(labelsize=6)
+    for ax in axes.ravel()[len(columns):]:
+        ax.axis("off")
+    axes[0, 0].legend(fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -17,7 +17,8 @@ from privehr.config import Cell, PipelineConfig
 from privehr.errors import InputError
 from tasks.run_logging import run_logger
 
-__all__ = ["read_ledger", "append_entries", "ledger_totals", "check_privacy_budget", "record_releases"]
+__all__ = ["read_ledger", "append_entries", "ledger_totals", "check_privacy_budget", "record_releases",
+           "record_synthesis_releases"]
 
 
 def read_ledger(path: str | Path) -> list[LedgerEntry]:
@@ -110,4 +111,23 @@ def record_releases(run_dir: str, runs: list[dict], ledger_path: str) -> int:
             entries.append(LedgerEntry(dataset, release, "non_private", math.inf, 0.0, run_id=run_id))
     append_entries(ledger_path, entries)
     run_logger().info("privacy ledger: recorded %d releases", len(entries))
+    return len(entries)
+
+
+@task(name="record-synthesis-releases")
+def record_synthesis_releases(run_dir: str, record_paths: list[str], dataset: str, ledger_path: str) -> int:
+    """One ledger entry per trained flow (its synthetic tables are post-processing); return how many were new."""
+    run_id = "/".join(Path(run_dir).parts[-2:])
+    recorded = {e.release for e in read_ledger(ledger_path) if e.dataset == dataset}
+    entries = []
+    for path in record_paths:
+        r = json.loads(Path(path).read_text())
+        release = f"{run_id}/releases/{r['job']['job_id']}"
+        if release in recorded:
+            continue
+        entries.append(LedgerEntry(dataset, release, "dp_sgd", r["epsilon"], r["delta"], r["noise_multiplier"],
+                                   r["sample_rate"], r["steps"], run_id) if r["mechanism"] == "dp_sgd"
+                       else LedgerEntry(dataset, release, "non_private", math.inf, 0.0, run_id=run_id))
+    append_entries(ledger_path, entries)
+    run_logger().info("privacy ledger: recorded %d DP-NF releases", len(entries))
     return len(entries)

@@ -87,6 +87,17 @@ def _budget_lines(run_dir: Path) -> str:
             "`privehr privacy ledger` shows every release.\n\n")
 
 
+def _synthesis_lines(run_dir: Path) -> str:
+    path = run_dir / "synthesis" / "report.md"
+    if not path.exists():
+        return ""
+    results = pd.read_csv(run_dir / "synthesis" / "results.csv")
+    accuracy = results[~results["truncated"]].groupby("budget_label")["svm_accuracy"].mean()
+    return (f"DP-NF synthesis of the EHR table: {results['job_id'].nunique()} flows, {len(results)} synthetic tables; "
+            "mean SVM accuracy (train on synthetic, test on real) " +
+            ", ".join(f"{b} {v:.2f}" for b, v in accuracy.items()) + f". Report: `{path}`.\n\n")
+
+
 @task(name="report")
 def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
     """Write results_runs.csv, results.csv, results.md, auroc_vs_epsilon.png and metrics.json."""
@@ -109,7 +120,7 @@ def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
                 f"Cohort: {cohort['stays']} stays; exclusions "
                 f"{cohort['exclusions']}. Split (stays): train {split['train']['stays']}, dev "
                 f"{split['dev']['stays']}, test {split['test']['stays']}.\n\n{_validation_lines(run_dir)}"
-                f"{_budget_lines(run_dir)}Artifacts: `{run_dir}`\n")
+                f"{_budget_lines(run_dir)}{_synthesis_lines(run_dir)}Artifacts: `{run_dir}`\n")
     (run_dir / "results.md").write_text(markdown)
     result = {"run_id": run_dir.name, "run_dir": str(run_dir), "results": rows, "runs": len(runs),
               "figure": str(figure), "expm_boxplots": str(boxplots) if boxplots else None, "privacy_note": note,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from models.training import TrainingHyperparameters, fit_binary_classifier, pred
 from privehr.config import Cell, TrainingConfig
 from tasks.expm_nf import default_expm_hyperparameters, fit_expm_nf
 from tasks.features import load_split
+from tasks.progress import progress_artifact
 from tasks.run_logging import run_logger
 
 __all__ = ["search_hyperparameters", "fit_and_evaluate", "default_hyperparameters", "CONCURRENT_FITS"]
@@ -66,19 +68,21 @@ def _data(features_dir: str, splits: list[str], cell: Cell, device) -> tuple[tup
 def _train(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int, dev_data=None):
     """Train one model; return (model, info) where info holds epochs and, for DP-SGD, the privacy spent."""
     inputs, y, n_vars, n_hours = data
+    progress = progress_artifact(f"{cell.cell_id} seed {seed}: {'search' if dev_data else 'fit'} epochs")
     model = build_classifier(cell.model, n_vars, n_hours, seed=seed, hidden_size=hp.get("hidden_size", 32),
                              batch_norm=training.grud.batch_norm and cell.method == "non_private").to(y.device)
     if cell.method == "non_private":
         params = TrainingHyperparameters(learning_rate=hp["learning_rate"], weight_decay=hp["weight_decay"],
                                          batch_size=hp["batch_size"], max_epochs=hp["epochs"],
                                          patience=training.non_private.patience, seed=seed)
-        result = fit_binary_classifier(model, inputs, y, *(dev_data or (None, None)), params, cell.loss)
+        result = fit_binary_classifier(model, inputs, y, *(dev_data or (None, None)), params, cell.loss, progress)
         return model, {"epochs": result.best_epoch if dev_data else result.epochs_run,
                        "dev_auroc": result.best_dev_auroc}
     params = DPSGDHyperparameters(learning_rate=hp["learning_rate"], weight_decay=hp["weight_decay"],
                                   batch_size=hp["batch_size"], epochs=hp["epochs"],
                                   max_grad_norm=hp["max_grad_norm"], seed=seed)
-    model, result = train_dp_sgd(model, inputs, y, params, cell.target_epsilon, training.dp_sgd.delta, cell.loss)
+    model, result = train_dp_sgd(model, inputs, y, params, cell.target_epsilon, training.dp_sgd.delta, cell.loss,
+                                 progress=progress)
     info = {"epochs": hp["epochs"], **result.privacy.as_dict()}
     if dev_data:
         info["dev_auroc"] = binary_metrics(dev_data[1].cpu().numpy(), predict_proba(model, dev_data[0]))["auroc"]
@@ -157,6 +161,7 @@ def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed:
         run_logger().info("fit %s seed %d: reused the result of an earlier attempt", cell.cell_id, seed)
         return row
     _threads()
+    start = time.perf_counter()
     dev = resolve_device(device)
     data = _data(features_dir, ["train", "dev"], cell, dev)
     test_inputs, test_y, *_ = _data(features_dir, ["test"], cell, dev)
@@ -172,7 +177,8 @@ def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed:
                    out_dir / f"{cell.cell_id}-seed{seed}.pt")
     row = {**cell.model_dump(), "seed": seed, "device": str(dev), **metrics,
            **{k: info.get(k) for k in ("epochs", "epsilon_prv", "epsilon_rdp", "noise_multiplier", "sample_rate",
-                                        "steps", "delta", "accountant")}}
+                                        "steps", "delta", "accountant")},
+           "fit_seconds": round(time.perf_counter() - start, 2)}
     result_path.write_text(json.dumps({"key": key, "value": row}))  # last: marks the cell as done
     run_logger().info("fit %s seed %d: test AUROC %.3f%s", cell.cell_id, seed, metrics["auroc"],
                       f", epsilon {info['epsilon']:.3g} ({info['accountant']})" if "epsilon" in info else "")

@@ -9,7 +9,7 @@ def test_help_lists_every_command(capsys):
     except SystemExit as exit_:
         assert exit_.code == 0
     out = capsys.readouterr().out
-    for command in ("demo-data", "inspect", "run", "config"):
+    for command in ("demo-data", "inspect", "run", "config", "synthesize", "privacy", "validate", "audit"):
         assert command in out
 
 
@@ -62,3 +62,26 @@ def test_privacy_ledger_command(tmp_path, capsys):
     assert main(["privacy", "ledger", "--ledger", str(ledger)]) == 0
     out = capsys.readouterr().out
     assert "no proven guarantee" in out and "inf (a non-private release exists)" in out
+
+
+def test_privacy_convert_reproduces_seed_002(capsys):
+    assert main(["privacy", "convert", "--sigma", "7.36", "--sample-rate", "0.5", "--steps", "8000", "--delta", "0.01",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert round(out["mu"], 2) == 6.10 and round(out["epsilon_gdp"]) == 32 and out["epsilon_prv"] <= out["epsilon_rdp"]
+    assert main(["privacy", "convert", "--mu", "1.49", "--sample-rate", "0.5", "--steps", "8000"]) == 0
+    assert "noise multiplier sigma: 30.02" in capsys.readouterr().out
+    assert main(["privacy", "convert", "--sigma", "1", "--sample-rate", "2", "--steps", "10", "--json"]) == 2
+    assert "sample_rate" in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_synthesize_and_run_name_a_missing_ehr_table(tmp_path, capsys):
+    assert main(["synthesize", "--data", str(tmp_path / "none.csv"), "--json"]) == 2
+    assert "privehr demo-data ehr" in json.loads(capsys.readouterr().out)["error"]
+    extract = tmp_path / "x.h5"
+    assert main(["demo-data", "mimic", "--out", str(extract), "--stays", "40"]) == 0
+    capsys.readouterr()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"synthesis: {{path: {tmp_path / 'none.csv'}}}\n")
+    assert main(["run", "--config", str(cfg), "--data", str(extract), "--no-dvc", "--json"]) == 2
+    assert "--no-synthesis" in json.loads(capsys.readouterr().out)["error"]

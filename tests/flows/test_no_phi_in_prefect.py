@@ -11,7 +11,7 @@ from flows.pipeline import pipeline
 from models.severity_simulator import simulate_extract
 from privehr.config import PipelineConfig
 from privehr.resources import mimic_extract_variables
-from tasks.demo_data import write_extract
+from tasks.demo_data import write_demo_ehr, write_extract
 
 CANARY_SUBJECT = 97531864
 CANARY_VALUE = 173.2468  # a heart rate no simulator draws
@@ -34,20 +34,37 @@ def _plant(path: Path) -> None:
     write_extract(sim, path)
 
 
+def _plant_ehr(path: Path) -> None:
+    """The demo EHR table (attributes as rows) with the canary as the first patient's heart rate."""
+    write_demo_ehr(path, seed=1)
+    lines = path.read_text().splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("heart_rate2,"))
+    cells = lines[row].split(",")
+    cells[1] = f"{CANARY_VALUE}"
+    lines[row] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+
+
 def test_canaries_stay_out_of_prefect(tmp_path, caplog):
     path = tmp_path / "all_hourly_data.h5"
     _plant(path)
+    ehr = tmp_path / "EHR_dataset.csv"
+    _plant_ehr(ehr)
     config = PipelineConfig.model_validate({
         "data": {"hdf5_path": str(path)}, "artifacts_dir": str(tmp_path / "artifacts"), "run_id": "canary",
         "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
         "training": {"models": ["logistic_regression"], "seeds": 1, "non_private": {"max_epochs": 2},
                      "dp_sgd": {"epochs": 1, "epsilons": [1.0]},
-                     "expm_nf": {"epsilons": [1.0], "steps": 2, "eval_samples": 2, "seeds": 1}}})
+                     "expm_nf": {"epsilons": [1.0], "steps": 2, "eval_samples": 2, "seeds": 1}},
+        "synthesis": {"path": str(ehr), "mice": {"m": 1, "max_iter": 2, "trace": False}, "mus": [2.0], "runs": 1,
+                      "releases": 1, "dpnf": {"steps": 20, "blocks": 1, "hidden_size": 8}}})
     with caplog.at_level(logging.DEBUG):
         summary = pipeline(config)
     run_dir = Path(summary["run_dir"])
     manifest = (run_dir / "split_manifest.json").read_text()
     assert str(CANARY_SUBJECT) in manifest  # the canary is in the input and in the run's own files
+    imputed = run_dir / "synthesis" / "intermediate" / "imputed" / "train_0.csv"
+    assert f"{CANARY_VALUE}" in imputed.read_text() or f"{CANARY_VALUE}" in imputed.with_name("test_0.csv").read_text()
 
     settings = get_current_settings()
     database = Path(settings.server.database.connection_url.get_secret_value().split("///")[-1])

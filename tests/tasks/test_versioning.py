@@ -45,3 +45,20 @@ def test_outside_a_dvc_project_is_reported_not_hidden(tmp_path):
     run_dir = tmp_path / "loose" / "run-1"
     run_dir.mkdir(parents=True)
     assert version_run.fn(str(run_dir)) == {"versioned": False, "reason": "not inside a DVC project"}
+
+
+def test_missing_inputs_are_pulled_and_present_ones_left_alone(dvc_project):
+    from tasks.versioning import pull_inputs
+
+    table = dvc_project / "data" / "ehr" / "t.csv"
+    table.parent.mkdir(parents=True)
+    table.write_text("a,b\n1,2\n")
+    _run(DVC + ["add", "-q", "data"], dvc_project)
+    _run(DVC + ["push", "-q"], dvc_project)
+    table.unlink()
+    untracked = dvc_project / "data" / "other.h5"
+    done = pull_inputs.fn([str(table), str(untracked)])
+    assert done == {str(table): "pulled", str(untracked): "missing; not tracked by DVC"}
+    assert table.read_text() == "a,b\n1,2\n"
+    table.write_text("a,b\n9,9\n")  # a local copy differing from the versioned one is never overwritten
+    assert pull_inputs.fn([str(table)]) == {str(table): "present"} and table.read_text() == "a,b\n9,9\n"
