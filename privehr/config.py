@@ -136,8 +136,9 @@ class SynthesisConfig(EHRPrepareConfig):
     mice: MICEConfig = MICEConfig(trace=False)
     mus: list[PositiveFloat] = Field(default_factory=lambda: [6.10, 3.92, 2.45, 1.49],
                                      description="budgets as mu-GDP (seed 002); sigma = 1/sqrt(log(1 + (mu/q)^2/T))")
-    epsilons: list[PositiveFloat] = Field(default_factory=list, description="budgets as (epsilon, delta) targets: "
-                                                                            "sigma calibrated by PRV and RDP")
+    epsilons: list[PositiveFloat] = Field(default_factory=lambda: [1.0, 4.0],
+                                          description="budgets as (epsilon, delta) targets: sigma calibrated by PRV "
+                                                      "and RDP")
     non_private: bool = Field(True, description="also a non-private flow (seed 002's mu = infinity column)")
     delta: float = Field(1e-5, gt=0, lt=1)
     dpnf: DPNFConfig = DPNFConfig()
@@ -149,6 +150,9 @@ class SynthesisConfig(EHRPrepareConfig):
                                                 "bounds (data-independent); train: training mean/sd (not private)")
     classification_target: str = Field("hypertensive", description="SVM label (a 0/1 derived column)")
     regression_target: str = Field("mean_pap", description="random-forest target (a derived column)")
+    excluded_features: list[str] = Field(default_factory=lambda: ["pap_diastolic", "pap_systolic"],
+                                         description="attributes the targets are computed from, left out of the "
+                                                     "utility models' inputs (else mean PAP is linear in them)")
     ledger_path: Path = Field(Path("artifacts/privacy_ledger.jsonl"), description="the privacy ledger")
     resume: bool = Field(False, description="continue run_id's directory: flows whose release record exists are "
                                             "not retrained (a retrained flow would be a new, unrecorded release)")

@@ -25,7 +25,7 @@ from prefect import task
 from models.classifiers import seeded_build
 from models.derived_columns import add_derived
 from models.device import resolve_device
-from models.dp_nf import DensityHyperparameters, train_density
+from models.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density
 from models.gaussian_dp import sigma_for_mu
 from models.maf import MAF
 from models.privacy_accounting import calibrate_noise_multiplier
@@ -75,7 +75,7 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, device: str = "
         run_logger().info("synthesize %s: done by an earlier attempt of this run", job["job_id"])
         return str(path)
     spec = load_ehr_spec(config.spec)
-    train, _, summary = imputed_tables(run_dir, job["imputation"])
+    train, test, summary = imputed_tables(run_dir, job["imputation"])
     attributes = summary["attributes"]
     bounds = {a.name: (a.valid_low, a.valid_high) for a in spec.attributes if a.name in attributes}
     scaling = (AffineScaling.from_bounds(bounds, attributes) if config.scaling == "bounds"
@@ -93,6 +93,9 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, device: str = "
     release = train_density(flow, x, hp, sigma, config.delta,
                             progress=progress_artifact(f"DP-NF {job['job_id']}: DP-SGD steps"))
 
+    # held-out log-likelihood in original units: log p(x) = log p(z) - sum log scale (seed 001 Table 1)
+    x_test = torch.tensor(scaling.transform(test), dtype=torch.float32, device=target)
+    test_log_likelihood = mean_log_likelihood(flow, x_test) - float(np.log(scaling.scale_).sum())
     private = release.mechanism == "dp_sgd"
     flows_dir = run_dir_path / INTERMEDIATE / "flows"
     out_dir = run_dir_path / ("synthetic" if private else f"{INTERMEDIATE}/synthetic")
@@ -115,6 +118,7 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, device: str = "
             files.append({"release": k, "truncated": name.endswith("-truncated.csv"), "path": str(out_dir / name)})
     record = {"job": job, "budget_label": budget.label, "seed": seed, **release.as_dict(),
               "expected_batch": batch, "training_patients": int(len(x)), "rows_per_table": rows,
+              "test_log_likelihood": test_log_likelihood,
               "nonfinite_rows_dropped": nonfinite,
               "scaling": {"kind": config.scaling, "inside_guarantee": not scaling.private_},
               "history": release.history, "files": files,

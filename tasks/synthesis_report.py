@@ -37,7 +37,8 @@ def synthesis_results(record_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFra
                                                                  "imputation": record["job"]["imputation"],
                                                                  "run": record["job"]["run"],
                                                                  "nonfinite_rows_dropped": record["nonfinite_rows_dropped"],
-                                                                 "final_train_nll": record["history"][-1]["train_nll"]}
+                                                                 "final_train_nll": record["history"][-1]["train_nll"],
+                                                                 "test_log_likelihood": record["test_log_likelihood"]}
         releases.append(release)
         tables += [release | {k: v for k, v in row.items() if k != "per_column"} for row in evaluation["rows"]]
     return pd.DataFrame(tables), pd.DataFrame(releases)
@@ -92,7 +93,8 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
     rf = seed002_table(results, originals, "rf_mse")
     fidelity = results[~results["truncated"]].groupby("budget_label")[FIDELITY].mean().reindex(
         _budget_order(results["budget_label"])).reset_index()
-    costs = releases.groupby("budget_label")[RELEASE_COLUMNS[1:]].first().reindex(
+    costs = releases.groupby("budget_label")[RELEASE_COLUMNS[1:]].first().join(
+        releases.groupby("budget_label")["test_log_likelihood"].mean()).reindex(
         _budget_order(releases["budget_label"])).reset_index()
     figure = plot_synthesis_utility(results, originals, _budget_order(results["budget_label"]),
                                     run_dir_path / "utility_vs_budget.png")
@@ -120,7 +122,8 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
         _markdown(svm), "## Random forest MSE, mean PAP", _markdown(rf),
         "## Fidelity (raw tables vs real training patients; detection AUROC 0.5 = indistinguishable; "
         "share closer to train ~0.5 = no copying)", _markdown(fidelity),
-        "## Releases and their cost", _markdown(costs),
+        "## Releases and their cost (test_log_likelihood: mean held-out log p(x) per patient, original units)",
+        _markdown(costs),
         "## What the guarantee covers", guarantee,
         f"![utility]({figure.name})" + (f"\n\n![marginals]({marginals.name})" if marginals else ""),
     ])

@@ -1,7 +1,8 @@
 """Evaluate synthetic releases against real patients: utility (train on synthetic, test on real) and fidelity.
 
 For release tables of imputation i: the SVM (hypertension, FM-optimal cutoff) and the random forest
-(mean PAP) are fitted on the synthetic table and scored on imputation i's real *test* patients;
+(mean PAP) are fitted on the synthetic table and scored on imputation i's real *test* patients (their
+inputs: every attribute except those the targets are computed from, ``excluded_features``);
 fidelity compares the table with the real *training* patients (the holdout for DCR is the test
 patients). The train-on-real baseline fits the same models on imputation i's training patients.
 Only aggregate numbers are written (``releases/<job>.evaluation.json``, ``original_<i>.json``).
@@ -23,8 +24,9 @@ from tasks.synthesis import imputed_tables
 __all__ = ["evaluate_release", "evaluate_original"]
 
 
-def _utility(train: pd.DataFrame, test: pd.DataFrame, features: list[str], config: SynthesisConfig, seed: int) -> dict:
+def _utility(train: pd.DataFrame, test: pd.DataFrame, attributes: list[str], config: SynthesisConfig, seed: int) -> dict:
     label, target = config.classification_target, config.regression_target
+    features = [a for a in attributes if a not in config.excluded_features]
     svm = svm_accuracy(train[features], train[label], test[features], test[label], seed)
     return {"svm_accuracy": svm["accuracy"], "svm_cutoff": svm["cutoff"], "svm_single_class": svm["single_class"],
             "rf_mse": random_forest_mse(train[features], train[target], test[features], test[target], seed)}

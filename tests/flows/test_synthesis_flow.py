@@ -36,6 +36,7 @@ def test_every_release_is_recorded_with_its_cost(synthesis_run):
                if not p.name.endswith(".evaluation.json")]
     assert len(records) == 2 * 3  # m x (non-private, mu 2, epsilon 5) x runs
     for r in records:
+        assert math.isfinite(r["test_log_likelihood"])
         if r["mechanism"] == "non_private":
             assert r["noise_multiplier"] is None and math.isinf(r["epsilon"])
             continue
