@@ -32,6 +32,8 @@ def test_run_directory_is_added_and_pushed_without_intermediates(dvc_project, tm
     (run_dir / "intermediate").mkdir(parents=True)
     (run_dir / "metrics.json").write_text('{"auroc": 0.8}')
     (run_dir / "intermediate" / "cohort.npz").write_bytes(b"patient-level")
+    (run_dir / "synthesis" / "intermediate" / "imputed").mkdir(parents=True)  # the synthesis subflow's run
+    (run_dir / "synthesis" / "intermediate" / "imputed" / "train_0.csv").write_bytes(b"patient-level")
     result = version_run.fn(str(run_dir))
     assert result["versioned"] and result["remote"] == "local"
     dvc_file = Path(result["dvc_file"])
