@@ -1,5 +1,6 @@
-"""privehr-pipeline: [dvc pull of missing inputs] -> ingest -> validate (GX gate) -> cohort -> split -> features -> search[cell]
--> budget check -> fit[cell, seed] -> ledger -> [privehr-synthesize subflow on the EHR table] -> report -> version.
+"""privehr-pipeline: [dvc pull of missing inputs] -> ingest -> validate (GX gate) -> cohort -> split
+-> features -> [privehr-synthesize subflow on the EHR table] -> search[cell] -> budget check -> fit[cell, seed]
+-> ledger -> report -> version.
 
 The flow only wires tasks; each task reads and writes files in ``artifacts/<run-id>/`` and passes
 paths on, so no patient-level value enters Prefect's database or result storage. Training fans out:
@@ -17,6 +18,7 @@ from flows.synthesis import synthesize_ehr
 from models.device import resolve_device
 from privehr.config import PipelineConfig
 from tasks.cohort import build_cohort
+from tasks.compute import CONCURRENT_FITS
 from tasks.features import build_features
 from tasks.ingest import ingest_extract
 from tasks.privacy_ledger import check_privacy_budget, record_releases
@@ -24,7 +26,7 @@ from tasks.report import write_report
 from tasks.run_directory import create_run_directory
 from tasks.split import split_cohort
 from tasks.static_imputation import impute_static_table
-from tasks.train import CONCURRENT_FITS, fit_and_evaluate, search_hyperparameters
+from tasks.train import fit_and_evaluate, search_hyperparameters
 from tasks.validate import validate_delivery
 from tasks.versioning import pull_inputs, version_run
 
@@ -48,6 +50,8 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     features = build_features(cohort, manifest, run_dir)
     if config.static_imputation is not None:
         impute_static_table(str(data.hdf5_path), cohort, manifest, run_dir, config.static_imputation, spec)
+    if config.synthesis is not None:  # before the grid: its own budget check stops the run before any training
+        synthesize_ehr(config.synthesis_run(run_dir), config.device)
 
     tags = ["gpu"] if resolve_device(config.device).type == "cuda" else []
     search, fit = search_hyperparameters.with_options(tags=tags), fit_and_evaluate.with_options(tags=tags)
@@ -58,8 +62,6 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
             for i, cell in enumerate(cells) for seed in range(training.seeds_for(cell))]
     rows = [r.result() for r in runs]
     record_releases(run_dir, rows, str(config.privacy.ledger_path))
-    if config.synthesis is not None:
-        synthesize_ehr(config.synthesis_run(run_dir), config.device)
     summary = write_report(run_dir, rows, training.dp_sgd.delta)
     if config.versioning.dvc:
         summary["versioning"] = version_run(run_dir, config.versioning.push)

@@ -1,6 +1,6 @@
 """privehr-synthesize: EHR table -> [dvc pull if missing] -> validate (GX) -> split by patient -> MICE (m datasets)
--> DP-NF[imputation, budget, run] -> synthetic releases -> evaluate[release] + train-on-real baseline[imputation]
--> privacy ledger -> report.
+-> privacy budget check -> DP-NF[imputation, budget, run] (each into the privacy ledger) -> synthetic releases
+-> evaluate[release] + train-on-real baseline[imputation] -> report.
 
 Tasks pass file paths only; the imputed patients stay under ``intermediate/``.
 """
@@ -12,14 +12,14 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from models.device import resolve_device
 from privehr.config import SynthesisConfig
+from tasks.compute import CONCURRENT_FITS
 from tasks.impute import impute_ehr
 from tasks.mimic_extract import sha256_file
-from tasks.privacy_ledger import record_synthesis_releases
+from tasks.privacy_ledger import check_synthesis_budget
 from tasks.run_directory import create_run_directory
 from tasks.synthesis import synthesize
 from tasks.synthesis_report import write_synthesis_report
 from tasks.synthetic_evaluation import evaluate_original, evaluate_release
-from tasks.train import CONCURRENT_FITS
 from tasks.validate import validate_delivery
 from tasks.versioning import pull_inputs
 
@@ -33,12 +33,13 @@ def synthesize_ehr(config: SynthesisConfig = SynthesisConfig(), device: str = "a
     pull_inputs([str(config.path)])
     validation = validate_delivery(str(config.path), run_dir, config.spec, stop_on_critical=config.stop_on_critical)
     impute_ehr(config, run_dir)
+    dataset = sha256_file(config.path)
+    check_synthesis_budget(run_dir, config, dataset)  # raises before any flow is trained
     fit = synthesize.with_options(tags=["gpu"] if resolve_device(device).type == "cuda" else [])
-    records = fit.map(unmapped(run_dir), config.jobs(), unmapped(config), unmapped(device))
+    records = fit.map(unmapped(run_dir), config.jobs(), unmapped(config), unmapped(dataset), unmapped(device))
     originals = evaluate_original.map(unmapped(run_dir), list(range(config.mice.m)), unmapped(config))
     evaluations = evaluate_release.map(unmapped(run_dir), records, unmapped(config))
-    record_paths = [r.result() for r in records]
+    record_paths = [r.result() for r in records]  # each flow entered the ledger as soon as it was trained
     evaluations.wait()
-    record_synthesis_releases(run_dir, record_paths, sha256_file(config.path), str(config.ledger_path))
     summary = write_synthesis_report(run_dir, record_paths, [o.result() for o in originals], config)
     return summary | {"validation": validation}

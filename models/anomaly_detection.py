@@ -54,7 +54,11 @@ def exponential_mechanism_votes(counts: np.ndarray, k: int, epsilon: float, rng:
 
 def dp_ad_roc(log_probs_normal: np.ndarray, log_probs_anomalous: np.ndarray, epsilon: float,
               rng: np.random.Generator, thresholds: np.ndarray | None = None) -> dict:
-    """ROC points of DP-AD traced by the threshold T; each point from one eps-DP answer per query."""
+    """ROC points of DP-AD traced by the threshold T; each point from one eps-DP answer per query.
+
+    An evaluation device: every query is answered once per threshold, so the whole curve costs
+    len(thresholds) * eps per query, and the default thresholds (quantiles of the flows' scores)
+    depend on the data. A deployment fixes one public threshold and answers each query once."""
     k = log_probs_normal.shape[0]
     if thresholds is None:
         pooled = np.r_[log_probs_normal.ravel(), log_probs_anomalous.ravel()]

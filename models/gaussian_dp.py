@@ -26,8 +26,11 @@ __all__ = ["gdp_mu", "sigma_for_mu", "gdp_delta", "gdp_epsilon"]
 
 
 def gdp_mu(noise_multiplier: float, sample_rate: float, steps: int) -> float:
-    """mu of T Poisson-subsampled Gaussian steps (the CLT approximation)."""
-    return sample_rate * math.sqrt(steps * math.expm1(noise_multiplier ** -2))
+    """mu of T Poisson-subsampled Gaussian steps (the CLT approximation); inf where exp(1/sigma^2) overflows."""
+    try:
+        return sample_rate * math.sqrt(steps * math.expm1(noise_multiplier ** -2))
+    except OverflowError:
+        return math.inf
 
 
 def sigma_for_mu(mu: float, sample_rate: float, steps: int) -> float:
@@ -38,14 +41,16 @@ def sigma_for_mu(mu: float, sample_rate: float, steps: int) -> float:
 
 
 def gdp_delta(epsilon: float, mu: float) -> float:
-    """delta(epsilon) of mu-GDP."""
-    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2))
+    """delta(epsilon) of mu-GDP; the second term in log space, exp(eps + log Phi(.)), so large eps cannot overflow."""
+    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon + norm.logcdf(-epsilon / mu - mu / 2)))
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
     """The smallest epsilon with delta(epsilon) <= delta under mu-GDP (delta(epsilon) decreases in epsilon)."""
     if not 0 < delta < 1:
         raise ValueError("delta must lie in (0, 1)")
+    if math.isinf(mu):
+        return math.inf
     if gdp_delta(0.0, mu) <= delta:
         return 0.0
     high = 1.0

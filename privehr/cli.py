@@ -239,14 +239,25 @@ def _cmd_synthesize(args) -> int:
         raw = yaml.safe_load(args.config.read_text()) or {}
     raw |= {k: v for k, v in {"path": args.data, "spec": args.spec, "run_id": args.run_id,
                                "artifacts_dir": args.artifacts_dir, "runs": args.runs, "releases": args.releases,
-                               "mus": args.mu, "epsilons": args.epsilon}.items() if v is not None}
-    if args.m is not None or args.steps is not None:
-        raw.setdefault("mice", {}).update({"m": args.m} if args.m is not None else {})
-        raw.setdefault("dpnf", {}).update({"steps": args.steps} if args.steps is not None else {})
+                               "mus": args.mu, "epsilons": args.epsilon, "delta": args.delta,
+                               "budget_epsilon": args.budget_epsilon}.items() if v is not None}
+    if (args.mu is None) != (args.epsilon is None):  # budgets given on the command line are the whole grid
+        raw.setdefault("mus" if args.mu is None else "epsilons", [])
+    if args.no_non_private:
+        raw["non_private"] = False
+    if args.resume:
+        raw["resume"] = True
+    if args.m is not None:
+        raw.setdefault("mice", {})["m"] = args.m
+    if args.steps is not None:
+        raw.setdefault("dpnf", {})["steps"] = args.steps
     try:
         config = SynthesisConfig.model_validate(raw)
     except ValueError as err:
         raise InputError(f"invalid synthesize settings: {err}") from None
+    from tasks.versioning import pull_inputs
+
+    pull_inputs.fn([str(config.path)])  # a fresh clone: fetch the versioned table first
     if not Path(config.path).exists():
         raise InputError(f"EHR table not found: {config.path}; pass --data, or write the demo table with "
                          "`privehr demo-data ehr --out data/ehr/EHR_dataset.csv`")
@@ -375,7 +386,9 @@ def _parser() -> argparse.ArgumentParser:
     given.add_argument("--sigma", type=float, help="noise multiplier")
     given.add_argument("--mu", type=float, help="mu-GDP (seed 002's budgets)")
     given.add_argument("--epsilon", type=float, help="target epsilon (sigma calibrated by PRV and RDP)")
-    convert.add_argument("--sample-rate", type=float, required=True, help="Poisson sampling rate q")
+    convert.add_argument("--sample-rate", type=float, required=True,
+                         help="Poisson sampling rate q as trained (synthesize records its effective q = "
+                              "1 / ceil(n / ceil(q n)) in each release)")
     convert.add_argument("--steps", type=int, required=True, help="steps T")
     convert.add_argument("--delta", type=float, default=1e-5)
     convert.set_defaults(func=_cmd_privacy_convert)
@@ -385,12 +398,19 @@ def _parser() -> argparse.ArgumentParser:
     synth.add_argument("--data", type=Path, help="the table (default data/ehr/EHR_dataset.csv)")
     synth.add_argument("--spec", help="spec name or YAML path (default harrod_ehr)")
     synth.add_argument("--config", type=Path, help="YAML of SynthesisConfig settings")
-    synth.add_argument("--mu", type=float, nargs="+", help="mu-GDP budgets (default 6.10 3.92 2.45 1.49)")
-    synth.add_argument("--epsilon", type=float, nargs="+", help="(epsilon, delta) budgets")
+    synth.add_argument("--mu", type=float, nargs="+", help="mu-GDP budgets (default 6.10 3.92 2.45 1.49; with "
+                                                          "only --epsilon given, none)")
+    synth.add_argument("--epsilon", type=float, nargs="+", help="(epsilon, delta) budgets (default 1 4; with only "
+                                                               "--mu given, none)")
     synth.add_argument("--m", type=int, help="MICE imputations")
     synth.add_argument("--runs", type=int, help="flows per imputation and budget")
     synth.add_argument("--releases", type=int, help="synthetic tables per flow")
     synth.add_argument("--steps", type=int, help="DP-SGD steps T")
+    synth.add_argument("--no-non-private", action="store_true", help="no non-private comparison flow (mu = inf)")
+    synth.add_argument("--delta", type=float, help="delta of every (epsilon, delta) statement (default 1e-5)")
+    synth.add_argument("--budget-epsilon", type=float, help="refuse the run if the table's composed epsilon would "
+                                                            "exceed this (nothing is trained)")
+    synth.add_argument("--resume", action="store_true", help="continue --run-id: trained flows are not retrained")
     synth.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     synth.add_argument("--run-id")
     synth.add_argument("--artifacts-dir", type=Path)

@@ -110,6 +110,15 @@ class DPNFConfig(_Strict):
                                                             "q = 1 / ceil(n / ceil(q n)) is recorded")
     max_grad_norm: float = Field(10.0, gt=0, description="per-sample clipping norm C (seed 002: 10)")
     learning_rate: float = Field(3e-3, gt=0, description="Adam")
+    reproducible_noise: bool = Field(False, description="seed the DP noise and Poisson sampling from the job (for "
+                                                        "tests); by default they come from OS entropy, as the "
+                                                        "guarantee needs them secret")
+
+
+class SynthesisMICEConfig(MICEConfig):
+    """MICE before synthesis: no trace by default (it costs max_iter/2 extra fits per imputation)."""
+
+    trace: bool = False
 
 
 class Budget(_Strict):
@@ -133,7 +142,7 @@ class SynthesisConfig(EHRPrepareConfig):
     """``privehr-synthesize``: validate -> split -> MICE -> DP-NF per (imputation, budget, run) -> releases ->
     utility (train on synthetic, test on real) and fidelity -> report and privacy ledger."""
 
-    mice: MICEConfig = MICEConfig(trace=False)
+    mice: SynthesisMICEConfig = SynthesisMICEConfig()
     mus: list[PositiveFloat] = Field(default_factory=lambda: [6.10, 3.92, 2.45, 1.49],
                                      description="budgets as mu-GDP (seed 002); sigma = 1/sqrt(log(1 + (mu/q)^2/T))")
     epsilons: list[PositiveFloat] = Field(default_factory=lambda: [1.0, 4.0],
@@ -154,6 +163,8 @@ class SynthesisConfig(EHRPrepareConfig):
                                          description="attributes the targets are computed from, left out of the "
                                                      "utility models' inputs (else mean PAP is linear in them)")
     ledger_path: Path = Field(Path("artifacts/privacy_ledger.jsonl"), description="the privacy ledger")
+    budget_epsilon: float | None = Field(None, gt=0, description="refuse runs whose DP-NF flows would take the "
+                                                                 "table's composed epsilon (at delta) above this")
     resume: bool = Field(False, description="continue run_id's directory: flows whose release record exists are "
                                             "not retrained (a retrained flow would be a new, unrecorded release)")
 
@@ -328,9 +339,12 @@ class PipelineConfig(_Strict):
                                             "the same input, cell, hyperparameters and seed are not retrained")
 
     def synthesis_run(self, run_dir: str | Path) -> SynthesisConfig:
-        """The synthesis settings of a pipeline run: its own run directory <run>/synthesis, the run's ledger."""
+        """The synthesis settings of a pipeline run: its own run directory <run>/synthesis, the run's ledger,
+        budget and delta."""
         return self.synthesis.model_copy(update={"artifacts_dir": Path(run_dir), "run_id": "synthesis",
-                                                 "ledger_path": self.privacy.ledger_path, "resume": self.resume})
+                                                 "ledger_path": self.privacy.ledger_path, "resume": self.resume,
+                                                 "budget_epsilon": self.privacy.budget_epsilon,
+                                                 "delta": self.privacy.budget_delta})
 
     _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))
 

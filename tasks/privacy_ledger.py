@@ -10,15 +10,16 @@ from pathlib import Path
 
 from prefect import task
 
+from models.dp_nf import noise_for_budget, poisson_batch
 from models.dp_sgd import poisson_schedule
 from models.privacy_accounting import calibrate_noise_multiplier
 from models.privacy_ledger import LedgerEntry, LedgerTotal, compose_entries
-from privehr.config import Cell, PipelineConfig
+from privehr.config import Budget, Cell, PipelineConfig, SynthesisConfig
 from privehr.errors import InputError
 from tasks.run_logging import run_logger
 
 __all__ = ["read_ledger", "append_entries", "ledger_totals", "check_privacy_budget", "record_releases",
-           "record_synthesis_releases"]
+           "record_release", "planned_noise", "check_synthesis_budget"]
 
 
 def read_ledger(path: str | Path) -> list[LedgerEntry]:
@@ -70,19 +71,26 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], chosen: list[dict], co
         planned += [LedgerEntry(dataset, _release(run_dir, cell, s), "dp_sgd", spend.epsilon, spend.delta,
                                 spend.noise_multiplier, spend.sample_rate, spend.steps)
                     for s in range(training.seeds_for(cell)) if _release(run_dir, cell, s) not in recorded]
-    total = compose_entries(existing + planned, privacy.budget_delta)
+    return _enforce_budget(run_dir, dataset, existing, planned, privacy.budget_epsilon, privacy.budget_delta,
+                           "DP-SGD releases")
+
+
+def _enforce_budget(run_dir: str, dataset: str, existing: list[LedgerEntry], planned: list[LedgerEntry],
+                    budget_epsilon: float | None, delta: float, what: str) -> dict:
+    """Compose the dataset's recorded and planned releases, write privacy_budget.json, raise if over budget."""
+    total = compose_entries(existing + planned, delta)
     summary = {"dataset": dataset, "existing_releases": len(existing), "planned_dp_releases": len(planned),
-               "epsilon_dp_after_run": total.epsilon_dp, "delta": total.delta, "budget_epsilon": privacy.budget_epsilon}
+               "epsilon_dp_after_run": total.epsilon_dp, "delta": total.delta, "budget_epsilon": budget_epsilon}
     (Path(run_dir) / "privacy_budget.json").write_text(json.dumps(summary, indent=2))
-    if privacy.budget_epsilon is not None and total.epsilon_dp > privacy.budget_epsilon:
-        before = compose_entries(existing, privacy.budget_delta).epsilon_dp if existing else 0.0
+    if budget_epsilon is not None and total.epsilon_dp > budget_epsilon:
+        before = compose_entries(existing, delta).epsilon_dp if existing else 0.0
         raise InputError(
             f"privacy budget exceeded for dataset {dataset[:12]}: its DP releases have spent epsilon "
-            f"{before:.3g} and this run's {len(planned)} DP-SGD releases would bring it to {total.epsilon_dp:.3g} "
-            f"(delta {total.delta:.2g}), above the budget {privacy.budget_epsilon:g}. Nothing was trained. "
-            "Fewer epsilons, seeds, labels or models, or a budget decision by the data custodian, are the ways on.")
-    run_logger().info("privacy budget: %d planned DP releases, dataset epsilon after the run %.3g (budget %s)",
-                      len(planned), total.epsilon_dp, privacy.budget_epsilon)
+            f"{before:.3g} and this run's {len(planned)} {what} would bring it to {total.epsilon_dp:.3g} "
+            f"(delta {total.delta:.2g}), above the budget {budget_epsilon:g}. Nothing was trained. "
+            "Fewer budgets, seeds or grid cells, or a budget decision by the data custodian, are the ways on.")
+    run_logger().info("privacy budget: %d planned %s, dataset epsilon after the run %.3g (budget %s)",
+                      len(planned), what, total.epsilon_dp, budget_epsilon)
     return summary
 
 
@@ -114,20 +122,39 @@ def record_releases(run_dir: str, runs: list[dict], ledger_path: str) -> int:
     return len(entries)
 
 
-@task(name="record-synthesis-releases")
-def record_synthesis_releases(run_dir: str, record_paths: list[str], dataset: str, ledger_path: str) -> int:
-    """One ledger entry per trained flow (its synthetic tables are post-processing); return how many were new."""
-    run_id = "/".join(Path(run_dir).parts[-2:])
-    recorded = {e.release for e in read_ledger(ledger_path) if e.dataset == dataset}
-    entries = []
-    for path in record_paths:
-        r = json.loads(Path(path).read_text())
-        release = f"{run_id}/releases/{r['job']['job_id']}"
-        if release in recorded:
-            continue
-        entries.append(LedgerEntry(dataset, release, "dp_sgd", r["epsilon"], r["delta"], r["noise_multiplier"],
-                                   r["sample_rate"], r["steps"], run_id) if r["mechanism"] == "dp_sgd"
-                       else LedgerEntry(dataset, release, "non_private", math.inf, 0.0, run_id=run_id))
-    append_entries(ledger_path, entries)
-    run_logger().info("privacy ledger: recorded %d DP-NF releases", len(entries))
-    return len(entries)
+def _synthesis_release(run_dir: str, job_id: str) -> str:
+    return f"{'/'.join(Path(run_dir).parts[-2:])}/releases/{job_id}"
+
+
+def record_release(run_dir: str, record_path: str | Path, dataset: str, ledger_path: str) -> bool:
+    """The ledger entry of one trained DP-NF flow (its synthetic tables are post-processing); False if recorded."""
+    r = json.loads(Path(record_path).read_text())
+    release, run_id = _synthesis_release(run_dir, r["job"]["job_id"]), "/".join(Path(run_dir).parts[-2:])
+    if release in {e.release for e in read_ledger(ledger_path) if e.dataset == dataset}:
+        return False
+    append_entries(ledger_path, [
+        LedgerEntry(dataset, release, "dp_sgd", r["epsilon"], r["delta"], r["noise_multiplier"], r["sample_rate"],
+                    r["steps"], run_id) if r["mechanism"] == "dp_sgd"
+        else LedgerEntry(dataset, release, "non_private", math.inf, 0.0, run_id=run_id)])
+    return True
+
+
+def planned_noise(config: SynthesisConfig, budget: Budget, n: int) -> tuple[float | None, float, int]:
+    """(sigma, q, T) of a DP-NF flow trained on ``n`` patients at ``budget``: known before anything is trained."""
+    _, q = poisson_batch(n, config.dpnf.sample_rate)
+    return noise_for_budget(budget.kind, budget.value, q, config.dpnf.steps, config.delta), q, config.dpnf.steps
+
+
+@task(name="check-synthesis-budget")
+def check_synthesis_budget(run_dir: str, config: SynthesisConfig, dataset: str) -> dict:
+    """Compose the ledger with this run's planned DP-NF flows; raise before training if over ``budget_epsilon``."""
+    n = json.loads((Path(run_dir) / "imputation.json").read_text())["patients"]["train"]
+    existing = [e for e in read_ledger(config.ledger_path) if e.dataset == dataset]
+    recorded = {e.release for e in existing}
+    planned = []
+    for job in config.jobs():
+        sigma, q, steps = planned_noise(config, Budget(**job["budget"]), n)
+        release = _synthesis_release(run_dir, job["job_id"])
+        if sigma is not None and release not in recorded:
+            planned.append(LedgerEntry(dataset, release, "dp_sgd", math.nan, config.delta, sigma, q, steps))
+    return _enforce_budget(run_dir, dataset, existing, planned, config.budget_epsilon, config.delta, "DP-NF flows")

@@ -91,8 +91,10 @@ def _synthesis_lines(run_dir: Path) -> str:
     path = run_dir / "synthesis" / "report.md"
     if not path.exists():
         return ""
+    from tasks.synthesis_report import raw_accuracy
+
     results = pd.read_csv(run_dir / "synthesis" / "results.csv")
-    accuracy = results[~results["truncated"]].groupby("budget_label")["svm_accuracy"].mean()
+    accuracy = raw_accuracy(results)
     return (f"DP-NF synthesis of the EHR table: {results['job_id'].nunique()} flows, {len(results)} synthetic tables; "
             "mean SVM accuracy (train on synthetic, test on real) " +
             ", ".join(f"{b} {v:.2f}" for b, v in accuracy.items()) + f". Report: `{path}`.\n\n")

@@ -16,13 +16,14 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from tasks.figures import plot_marginals, plot_synthesis_utility
 from tasks.report import in_prefect_run
+from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import run_logger
 from tasks.synthesis import imputed_tables
 
-__all__ = ["write_synthesis_report", "seed002_table", "synthesis_results"]
+__all__ = ["write_synthesis_report", "seed002_table", "synthesis_results", "raw_accuracy"]
 
 RELEASE_COLUMNS = ["budget_label", "mechanism", "noise_multiplier", "sample_rate", "steps", "max_grad_norm", "delta",
-                   "epsilon_prv", "epsilon_rdp", "mu", "epsilon_gdp"]
+                   "epsilon_prv", "epsilon_rdp", "mu", "epsilon_gdp", "noise_source"]
 FIDELITY = ["ks_mean", "wasserstein_sd_mean", "kendall_tau_rmse", "detection_auroc", "share_closer_to_train",
             "dcr_train_median", "dcr_holdout_median"]
 
@@ -37,8 +38,8 @@ def synthesis_results(record_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFra
                                                                  "imputation": record["job"]["imputation"],
                                                                  "run": record["job"]["run"],
                                                                  "nonfinite_rows_dropped": record["nonfinite_rows_dropped"],
-                                                                 "final_train_nll": record["history"][-1]["train_nll"],
-                                                                 "test_log_likelihood": record["test_log_likelihood"]}
+                                                                 "test_log_likelihood": record["test_log_likelihood"],
+                                                                 "noise_source": record["noise_source"]}
         releases.append(release)
         tables += [release | {k: v for k, v in row.items() if k != "per_column"} for row in evaluation["rows"]]
     return pd.DataFrame(tables), pd.DataFrame(releases)
@@ -104,16 +105,21 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
     if len(dp_tables):
         loosest = _budget_order(dp_tables["budget_label"])[0]
         job = dp_tables[dp_tables["budget_label"] == loosest].iloc[0]["job_id"]
-        table = pd.read_csv(run_dir_path / "synthetic" / f"{job}-r0.csv")
+        table = pd.read_csv(json.loads((run_dir_path / "releases" / f"{job}.json").read_text())["files"][0]["path"])
+        # histograms of real patients: patient-level detail, so the figure stays under intermediate/
         marginals = plot_marginals(train[summary["attributes"]], table[summary["attributes"]],
-                                   run_dir_path / "marginals.png", title=f"real (training) vs synthetic, {loosest}")
+                                   run_dir_path / INTERMEDIATE / "marginals.png",
+                                   title=f"real (training) vs synthetic, {loosest}")
     guarantee = ("The DP guarantee covers each flow's training on the imputed training patients (PRV epsilon; RDP "
-                 "and the GDP mu alongside; GDP's CLT can underestimate). Not covered: validation, MICE (fitted on "
+                 "and the GDP mu alongside; GDP's CLT can underestimate); noise and Poisson sampling come from OS "
+                 "entropy unless the run asked for reproducible noise. Not covered: validation, MICE (fitted on "
                  "the private training patients), dropping attributes by missingness"
-                 + ("" if config.scaling == "bounds" else ", and the scaling by training means and standard "
-                    "deviations (visible in every synthetic table)")
-                 + ". All flows of one table compose: the privacy ledger holds the total. The mu = infinity "
-                   "(non-private) tables are comparisons only and stay under intermediate/.")
+                 + ("" if config.scaling == "bounds" else ", the scaling by training means and standard "
+                    "deviations (visible in every synthetic table, so those tables stay under intermediate/)")
+                 + ", and the evaluation numbers in this report (utility, fidelity, DCR, held-out log-likelihood: "
+                   "aggregates computed on real patients without noise). All flows of one table compose: the "
+                   "privacy ledger holds the total. The mu = infinity (non-private) tables are comparisons only and "
+                   "stay under intermediate/, as does the real-vs-synthetic marginals figure.")
     markdown = "\n\n".join([
         f"# DP-NF synthesis: {summary['spec']} ({summary['patients']['train']} training / "
         f"{summary['patients']['test']} test patients, {len(summary['attributes'])} attributes, m = {summary['m']})",
@@ -125,7 +131,8 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
         "## Releases and their cost (test_log_likelihood: mean held-out log p(x) per patient, original units)",
         _markdown(costs),
         "## What the guarantee covers", guarantee,
-        f"![utility]({figure.name})" + (f"\n\n![marginals]({marginals.name})" if marginals else ""),
+        f"![utility]({figure.name})" + (f"\n\nReal-vs-synthetic marginals: `{marginals}` (not versioned)"
+                                        if marginals else ""),
     ])
     (run_dir_path / "report.md").write_text(markdown + "\n")
     if in_prefect_run():
@@ -137,5 +144,10 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
             "flows": int(len(releases)), "tables": int(len(results)),
             "svm_accuracy": json.loads(svm.to_json(orient="records")), "rf_mse": json.loads(rf.to_json(orient="records")),
             "releases": json.loads(costs.to_json(orient="records")), "guarantee": guarantee,
-            "mean_svm_accuracy_by_budget": {b: float(v) for b, v in
-                                            results.groupby("budget_label")["svm_accuracy"].mean().items()}}
+            "mean_svm_accuracy_by_budget": {b: float(v) for b, v in raw_accuracy(results).items()}}
+
+
+def raw_accuracy(results: pd.DataFrame) -> pd.Series:
+    """Mean SVM accuracy of the raw (untruncated) tables per budget, loosest budget first."""
+    raw = results[~results["truncated"]].groupby("budget_label")["svm_accuracy"].mean()
+    return raw.reindex(_budget_order(raw.index))

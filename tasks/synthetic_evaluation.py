@@ -19,6 +19,7 @@ from prefect import task
 from models.fidelity import fidelity_summary
 from models.synthetic_utility import random_forest_mse, svm_accuracy
 from privehr.config import SynthesisConfig
+from tasks.compute import share_cores
 from tasks.synthesis import imputed_tables
 
 __all__ = ["evaluate_release", "evaluate_original"]
@@ -35,15 +36,20 @@ def _utility(train: pd.DataFrame, test: pd.DataFrame, attributes: list[str], con
 @task(name="evaluate-release")
 def evaluate_release(run_dir: str, record_path: str, config: SynthesisConfig) -> str:
     """Utility and fidelity of every table of one release record; return the evaluation file's path."""
+    share_cores()
     record = json.loads(Path(record_path).read_text())
     train, test, summary = imputed_tables(run_dir, record["job"]["imputation"])
     features = summary["attributes"]
     rows = []
     for f in record["files"]:
         synthetic = pd.read_csv(f["path"])
+        if synthetic[features].shape[0] < 2:  # every sampled row was non-finite: nothing to learn from
+            rows.append({"release": f["release"], "truncated": f["truncated"], "rows": int(len(synthetic)),
+                         "svm_accuracy": float("nan"), "rf_mse": float("nan"), "per_column": {}})
+            continue
         fidelity = fidelity_summary(train[features], test[features], synthetic[features], seed=f["release"])
         rows.append({"release": f["release"], "truncated": f["truncated"], "rows": int(len(synthetic)),
-                     **_utility(synthetic, test, features, config, record["seed"] + f["release"]),
+                     **_utility(synthetic, test, features, config, 1000 * record["job"]["run"] + f["release"]),
                      **{k: v for k, v in fidelity.items() if k != "per_column"},
                      "per_column": fidelity["per_column"]})
     out = Path(record_path).with_suffix(".evaluation.json")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
@@ -27,10 +26,11 @@ from models.training import TrainingHyperparameters, fit_binary_classifier, pred
 from privehr.config import Cell, TrainingConfig
 from tasks.expm_nf import default_expm_hyperparameters, fit_expm_nf
 from tasks.features import load_split
+from tasks.compute import share_cores
 from tasks.progress import progress_artifact
 from tasks.run_logging import run_logger
 
-__all__ = ["search_hyperparameters", "fit_and_evaluate", "default_hyperparameters", "CONCURRENT_FITS"]
+__all__ = ["search_hyperparameters", "fit_and_evaluate", "default_hyperparameters"]
 
 
 def default_hyperparameters(cell: Cell, training: TrainingConfig) -> dict:
@@ -47,14 +47,6 @@ def default_hyperparameters(cell: Cell, training: TrainingConfig) -> dict:
     if cell.model == "grud":
         hp["hidden_size"] = training.grud.hidden_size
     return hp
-
-
-CONCURRENT_FITS = 2  # task runs the pipeline trains at once (its ThreadPoolTaskRunner's workers)
-
-
-def _threads() -> None:
-    """Share the cores between the concurrent task runs instead of oversubscribing them."""
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // CONCURRENT_FITS))
 
 
 def _data(features_dir: str, splits: list[str], cell: Cell, device) -> tuple[tuple, torch.Tensor, int, int]:
@@ -116,7 +108,7 @@ def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConf
     if (chosen := _reuse(out, key, "chosen")) is not None:
         run_logger().info("search %s: reused the result of an earlier attempt", cell.cell_id)
         return chosen
-    _threads()
+    share_cores()
     dev = resolve_device(device)
     defaults = default_hyperparameters(cell, training)
     trials = []
@@ -160,7 +152,7 @@ def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed:
     if (row := _reuse(result_path, key)) is not None:
         run_logger().info("fit %s seed %d: reused the result of an earlier attempt", cell.cell_id, seed)
         return row
-    _threads()
+    share_cores()
     start = time.perf_counter()
     dev = resolve_device(device)
     data = _data(features_dir, ["train", "dev"], cell, dev)

@@ -47,7 +47,8 @@ def test_every_release_is_recorded_with_its_cost(synthesis_run):
             assert r["mu"] == pytest.approx(2.0)
         else:
             assert max(r["epsilon_prv"], r["epsilon_rdp"]) <= 5.0
-        assert r["scaling"] == {"kind": "bounds", "inside_guarantee": True}
+        assert r["scaling"] == {"kind": "bounds", "inside_guarantee": True} and r["releasable"]
+        assert r["noise_source"] == "os_entropy" and "seed" not in r and "history" not in r
 
 
 def test_tables_are_in_original_units_and_where_they_belong(synthesis_run):
@@ -71,7 +72,8 @@ def test_report_ledger_artifacts_and_untouched_input(synthesis_run):
     report = (run_dir / "report.md").read_text()
     for heading in ("SVM accuracy", "Random forest MSE", "Fidelity", "Releases and their cost", "guarantee covers"):
         assert heading in report
-    assert (run_dir / "utility_vs_budget.png").stat().st_size > 0 and (run_dir / "marginals.png").exists()
+    assert (run_dir / "utility_vs_budget.png").stat().st_size > 0
+    assert (run_dir / "intermediate" / "marginals.png").exists() and not (run_dir / "marginals.png").exists()
     entries = read_ledger(config.ledger_path)
     assert len(entries) == 6 and sum(e.mechanism == "dp_sgd" for e in entries) == 4
     (total,) = ledger_totals(config.ledger_path)
@@ -85,3 +87,18 @@ def test_report_ledger_artifacts_and_untouched_input(synthesis_run):
     import asyncio
 
     assert {"privehr-synthesis-report", "privehr-synthesis-releases"} <= asyncio.run(keys())
+
+
+def test_a_run_over_the_tables_budget_trains_nothing(tmp_path):
+    table = tmp_path / "EHR_dataset.csv"
+    write_demo_ehr(table, seed=0)
+    config = SynthesisConfig(path=table, mice={"m": 1, "max_iter": 2, "trace": False}, mus=[2.0, 1.0], epsilons=[],
+                             non_private=False, dpnf={"steps": 20}, budget_epsilon=5.0, artifacts_dir=tmp_path / "a",
+                             run_id="over", ledger_path=tmp_path / "ledger.jsonl")
+    from privehr.errors import InputError
+
+    with pytest.raises(InputError, match="privacy budget exceeded"):
+        synthesize_ehr(config, "cpu")
+    run_dir = tmp_path / "a" / "over"
+    assert json.loads((run_dir / "privacy_budget.json").read_text())["epsilon_dp_after_run"] > 5.0
+    assert not (run_dir / "releases").exists() and not Path(config.ledger_path).exists()

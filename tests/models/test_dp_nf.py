@@ -53,7 +53,10 @@ def test_more_noise_learns_less_and_non_private_is_marked_unbounded():
 def test_same_seed_same_flow():
     train = _data(200, 0)
     a, b = _flow(), _flow()
-    train_density(a, train, HP, noise_multiplier=1.0)
-    train_density(b, train, HP, noise_multiplier=1.0)
+    assert train_density(a, train, HP, noise_multiplier=1.0, noise_seed=5).noise_source == "seeded"
+    train_density(b, train, HP, noise_multiplier=1.0, noise_seed=5)
     for (name, p), q in zip(a.named_parameters(), b.parameters()):
         assert torch.equal(p, q), name
+    c = _flow()  # by default the noise comes from OS entropy: another run, another flow
+    assert train_density(c, train, HP, noise_multiplier=1.0).noise_source == "os_entropy"
+    assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
