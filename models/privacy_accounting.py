@@ -12,6 +12,7 @@ accountant cannot give a value at all, it is reported as None.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -19,7 +20,9 @@ from functools import lru_cache
 from opacus.accountants import PRVAccountant, RDPAccountant
 from opacus.accountants.utils import get_noise_multiplier
 
-__all__ = ["PrivacySpend", "calibrate_noise_multiplier", "epsilon_spent", "RDP_ORDERS"]
+__all__ = ["PrivacySpend", "calibrate_noise_multiplier", "epsilon_spent", "prv_epsilon", "RDP_ORDERS"]
+
+PRV_MAX_POINTS = 2_000_000  # PRV's discretisation grid: 2 L / mesh points, several float64 arrays each
 
 RDP_ORDERS = RDPAccountant.DEFAULT_ALPHAS + [2.0 ** k for k in range(7, 15)]
 
@@ -57,6 +60,34 @@ def _prv_error(target: float) -> float:
     return max(min(0.01, target / 10), 1e-8)
 
 
+def prv_epsilon(history: list[tuple[float, float, int]], delta: float, eps_error: float,
+                epsilon_rdp: float) -> float | None:
+    """PRV's epsilon for a (heterogeneous) history of (sigma, q, steps), or None where it cannot be had.
+
+    PRV discretises the privacy loss on a grid of about 2 L / mesh points, L >= the composed epsilon
+    (estimated by RDP's) and mesh = eps_error / sqrt(N log(12 / delta_error) / 2) for N steps in all:
+    long, large-q compositions (DP-NF on a small table: q = 0.5, tens of thousands of steps) would need
+    tens of millions of points and gigabytes. The error is widened to keep the grid under
+    PRV_MAX_POINTS; if that would make it coarser than 10 % of the RDP value, PRV is skipped (None)
+    and the RDP bound stands.
+    """
+    steps = sum(t for _, _, t in history)
+    spread = math.sqrt(steps * math.log(12 / (delta / 1000)) / 2)
+    needed = 2 * (2 * epsilon_rdp) * spread / PRV_MAX_POINTS
+    if needed > eps_error:
+        if needed > 0.1 * epsilon_rdp:
+            return None
+        eps_error = needed
+    try:
+        prv = PRVAccountant()
+        prv.history = list(history)
+        with warnings.catch_warnings():  # log(0) at the edge of PRV's domain for large q: harmless
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return float(prv.get_epsilon(delta, eps_error=eps_error))
+    except (ValueError, RuntimeError, AssertionError, MemoryError):  # known numerical failures (opacus #591, #601)
+        return None
+
+
 @lru_cache(maxsize=1024)  # pure in its arguments; every run of a grid cell asks for the same (sigma, q, T, delta)
 def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
                   target_epsilon: float | None = None) -> PrivacySpend:
@@ -68,14 +99,7 @@ def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta
         eps_rdp = float(rdp.get_epsilon(delta))
         if target_epsilon is None or eps_rdp > target_epsilon:  # the large orders are slower; use them if needed
             eps_rdp = min(eps_rdp, float(rdp.get_epsilon(delta, alphas=RDP_ORDERS)))
-    try:
-        prv = PRVAccountant()
-        prv.history = [(noise_multiplier, sample_rate, steps)]
-        with warnings.catch_warnings():  # log(0) at the edge of PRV's domain for large q: harmless
-            warnings.simplefilter("ignore", RuntimeWarning)
-            eps_prv = float(prv.get_epsilon(delta, eps_error=_prv_error(target_epsilon or eps_rdp)))
-    except (ValueError, RuntimeError, AssertionError):  # PRV's known numerical failures (opacus #591, #601)
-        eps_prv = None
+    eps_prv = prv_epsilon([(noise_multiplier, sample_rate, steps)], delta, _prv_error(target_epsilon or eps_rdp), eps_rdp)
     return PrivacySpend(noise_multiplier, sample_rate, steps, delta, eps_prv, eps_rdp, target_epsilon)
 
 

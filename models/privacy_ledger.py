@@ -21,9 +21,9 @@ import math
 import warnings
 from dataclasses import dataclass, field
 
-from opacus.accountants import PRVAccountant, RDPAccountant
+from opacus.accountants import RDPAccountant
 
-from models.privacy_accounting import RDP_ORDERS
+from models.privacy_accounting import RDP_ORDERS, prv_epsilon
 
 __all__ = ["LedgerEntry", "LedgerTotal", "compose_entries", "MECHANISMS"]
 
@@ -79,15 +79,7 @@ def _compose_dp_sgd(entries: list[LedgerEntry], delta: float) -> tuple[float | N
         if order >= max(RDPAccountant.DEFAULT_ALPHAS):  # the optimum lies beyond Opacus's orders (small epsilon)
             eps_rdp = min(eps_rdp, rdp.get_epsilon(delta, alphas=RDP_ORDERS))
     eps_rdp = float(eps_rdp)
-    try:
-        prv = PRVAccountant()
-        prv.history = list(history)
-        with warnings.catch_warnings():  # log(0) at the edge of PRV's domain for large q: harmless
-            warnings.simplefilter("ignore", RuntimeWarning)
-            eps_prv = float(prv.get_epsilon(delta, eps_error=0.01))
-    except (ValueError, RuntimeError, AssertionError):
-        eps_prv = None
-    return eps_prv, eps_rdp
+    return prv_epsilon(history, delta, 0.01, eps_rdp), eps_rdp
 
 
 def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5) -> LedgerTotal:

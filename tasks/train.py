@@ -70,9 +70,12 @@ def _train(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int, dev_
         result = fit_binary_classifier(model, inputs, y, *(dev_data or (None, None)), params, cell.loss, progress)
         return model, {"epochs": result.best_epoch if dev_data else result.epochs_run,
                        "dev_auroc": result.best_dev_auroc}
+    # data order, Poisson sampling and noise seeded per release: cells that differ only in epsilon must not share
+    # their noise draws (the ledger composes releases as independent mechanisms)
+    release_seed = int(hashlib.sha256(f"{cell.cell_id}/seed{seed}".encode()).hexdigest()[:8], 16)
     params = DPSGDHyperparameters(learning_rate=hp["learning_rate"], weight_decay=hp["weight_decay"],
                                   batch_size=hp["batch_size"], epochs=hp["epochs"],
-                                  max_grad_norm=hp["max_grad_norm"], seed=seed)
+                                  max_grad_norm=hp["max_grad_norm"], seed=release_seed)
     model, result = train_dp_sgd(model, inputs, y, params, cell.target_epsilon, training.dp_sgd.delta, cell.loss,
                                  progress=progress)
     info = {"epochs": hp["epochs"], **result.privacy.as_dict()}

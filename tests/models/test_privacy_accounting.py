@@ -33,3 +33,16 @@ def test_calibration_keeps_both_accountants_below_the_target(target):
 def test_more_noise_means_less_epsilon():
     eps = [epsilon_spent(s, 0.02, 500, 1e-5).epsilon for s in (0.8, 1.2, 2.0, 4.0)]
     assert eps == sorted(eps, reverse=True)
+
+
+def test_prv_grid_stays_bounded(monkeypatch):
+    """Long, large-q compositions would need a huge PRV grid: the error widens, or RDP stands alone (None)."""
+    import models.privacy_accounting as accounting
+
+    history = [(4.0, 0.5, 20_000)]
+    rdp = epsilon_spent(4.0, 0.5, 20_000, 1e-5).epsilon_rdp
+    monkeypatch.setattr(accounting, "PRV_MAX_POINTS", 1_000)
+    assert accounting.prv_epsilon(history, 1e-5, 0.01, rdp) is None  # would need a 10 %-coarse grid
+    monkeypatch.setattr(accounting, "PRV_MAX_POINTS", 200_000)
+    widened = accounting.prv_epsilon(history, 1e-5, 0.01, rdp)
+    assert widened is not None and widened <= rdp * 1.01
