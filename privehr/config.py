@@ -376,7 +376,8 @@ class AuditConfig(_Strict):
     label: Label = "mort_icu"
     model: Model = "logistic_regression"
     mechanisms: list[AuditedMethod] = Field(default_factory=lambda: ["non_private", "dp_sgd"], min_length=1)
-    shadows: int = Field(16, ge=2, description="even; every example is IN for exactly half")
+    shadows: int = Field(16, ge=4, description="even; every example is IN for exactly half; at least 4, so that "
+                                                "leaving one out still leaves IN and OUT shadows for every example")
     epsilon: float = Field(1.0, gt=0, description="target epsilon of the DP-SGD shadows")
     delta: float = Field(1e-5, gt=0, lt=1)
     non_private: NonPrivateConfig = Field(default_factory=lambda: NonPrivateConfig(

@@ -30,3 +30,15 @@ def test_audit_flow_reports_attacks_and_bounds(tmp_path, small_extract):
     # the overfit model leaks more than the DP-SGD one (population ~150, 6 shadows: a coarse check)
     assert report["mechanisms"]["non_private"]["online"]["auc"]["median"] > \
         report["mechanisms"]["dp_sgd"]["online"]["auc"]["median"]
+
+
+def test_too_few_shadows_are_refused_with_the_reason():
+    import pytest
+    from pydantic import ValidationError
+
+    from privehr.config import AuditConfig
+
+    with pytest.raises(ValidationError, match="greater than or equal to 4"):
+        AuditConfig(run_dir="x", shadows=2)
+    with pytest.raises(ValidationError, match="even"):
+        AuditConfig(run_dir="x", shadows=5)
