@@ -62,6 +62,7 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, dataset: str, d
     path = run_dir_path / "releases" / f"{job['job_id']}.json"
     if config.resume and path.exists():  # written last: the flow and its tables are complete
         run_logger().info("synthesize %s: done by an earlier attempt of this run", job["job_id"])
+        record_release(run_dir, path, dataset, str(config.ledger_path))  # in case that attempt died just before
         return str(path)
     share_cores()
     spec = load_ehr_spec(config.spec)
