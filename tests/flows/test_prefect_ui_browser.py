@@ -5,6 +5,7 @@ A screenshot of the page is saved under the run directory."""
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -53,7 +54,8 @@ def prefect_server(tmp_path):
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PREFECT_LOCAL_STORAGE_PATH": str(tmp_path / "storage")}
     server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
     worker = None
     try:
         for _ in range(120):
@@ -66,13 +68,26 @@ def prefect_server(tmp_path):
             pytest.fail("the Prefect server did not start within 120 s")
         _prefect(env, "work-pool", "create", "privehr-process", "--type", "process")
         worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privehr-process"], cwd=ROOT,
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
         yield env, port
     finally:
         for process in (worker, server):
             if process is not None:
-                process.terminate()
-                process.wait(timeout=30)
+                _stop(process)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM the process group (the server runs uvicorn in a child), SIGKILL it after 30 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+            process.wait(timeout=30)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def test_deployment_run_shows_its_artifacts_in_the_ui(prefect_server, tmp_path):
