@@ -28,9 +28,8 @@ from privehr.config import AuditConfig  # noqa: E402
 from privehr.errors import InputError  # noqa: E402
 from tasks.features import load_split  # noqa: E402
 from tasks.progress import progress_artifact  # noqa: E402
-from tasks.report import in_prefect_run  # noqa: E402
 from tasks.run_directory import INTERMEDIATE  # noqa: E402
-from tasks.run_logging import run_logger  # noqa: E402
+from tasks.run_logging import in_prefect_run, run_logger  # noqa: E402
 
 __all__ = ["plan_audit", "train_shadow", "evaluate_attacks"]
 

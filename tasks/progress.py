@@ -10,17 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
-from prefect.context import get_run_context
-from prefect.exceptions import MissingContextError
+
+from tasks.run_logging import in_prefect_run
 
 __all__ = ["progress_artifact"]
 
 
 def progress_artifact(description: str, step: float = 0.1) -> Callable[[int, int], None] | None:
     """A ``progress(done, total)`` callback updating a new progress artifact (percent), or None outside Prefect."""
-    try:
-        get_run_context()
-    except MissingContextError:
+    if not in_prefect_run():
         return None
     artifact_id = create_progress_artifact(progress=0.0, description=description)
     last = [0.0]

@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.context import get_run_context
-from prefect.exceptions import MissingContextError
 
 from models.result_summary import summarise_runs
 from privehr.config import Cell
 from tasks.figures import plot_auroc_vs_epsilon, plot_expm_boxplots
+from tasks.run_logging import in_prefect_run
+from tasks.synthesis_report import raw_accuracy
 
 __all__ = ["write_report", "results_table"]
 
@@ -42,13 +42,6 @@ def results_table(rows: list[dict]) -> str:
     lines += ["| " + " | ".join(_cell(r.get(c)) for c in COLUMNS) + " |" for r in rows]
     return "\n".join(lines)
 
-
-def in_prefect_run() -> bool:
-    try:
-        get_run_context()
-        return True
-    except MissingContextError:
-        return False
 
 
 def _expm_draws(run_dir: Path, runs: list[dict]) -> pd.DataFrame:
@@ -91,8 +84,6 @@ def _synthesis_lines(run_dir: Path) -> str:
     path = run_dir / "synthesis" / "report.md"
     if not path.exists():
         return ""
-    from tasks.synthesis_report import raw_accuracy
-
     results = pd.read_csv(run_dir / "synthesis" / "results.csv")
     accuracy = raw_accuracy(results)
     return (f"DP-NF synthesis of the EHR table: {results['job_id'].nunique()} flows, {len(results)} synthetic tables; "

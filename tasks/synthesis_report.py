@@ -15,9 +15,8 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from tasks.figures import plot_marginals, plot_synthesis_utility
-from tasks.report import in_prefect_run
 from tasks.run_directory import INTERMEDIATE
-from tasks.run_logging import run_logger
+from tasks.run_logging import in_prefect_run, run_logger
 from tasks.synthesis import imputed_tables
 
 __all__ = ["write_synthesis_report", "seed002_table", "synthesis_results", "raw_accuracy"]

@@ -12,8 +12,7 @@ from prefect import task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from privehr.specs import load_ehr_spec, load_mimic_spec
-from tasks.report import in_prefect_run
-from tasks.run_logging import run_logger
+from tasks.run_logging import in_prefect_run, run_logger
 from tasks.validation import ValidationFailed, failure_message, output_dirs, validate_ehr, validate_extract
 
 __all__ = ["validate_delivery", "summary_markdown", "is_hdf5"]
