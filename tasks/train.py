@@ -66,7 +66,8 @@ def _train(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int, dev_
     if cell.method == "non_private":
         params = TrainingHyperparameters(learning_rate=hp["learning_rate"], weight_decay=hp["weight_decay"],
                                          batch_size=hp["batch_size"], max_epochs=hp["epochs"],
-                                         patience=training.non_private.patience, seed=seed)
+                                         patience=training.non_private.patience, seed=seed,
+                                         early_stopping=training.non_private.early_stopping)
         result = fit_binary_classifier(model, inputs, y, *(dev_data or (None, None)), params, cell.loss, progress)
         return model, {"epochs": result.best_epoch if dev_data else result.epochs_run,
                        "dev_auroc": result.best_dev_auroc}

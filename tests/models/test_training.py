@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 
 from models.logistic_regression import LogisticRegression
@@ -31,3 +32,24 @@ def test_logistic_regression_learns_a_linear_signal():
 def test_metrics_with_one_class_are_nan_with_reason():
     m = binary_metrics(np.zeros(5), np.linspace(0, 1, 5))
     assert np.isnan(m["auroc"]) and m["note"] == "only one class present"
+
+
+def test_early_stopping_on_dev_loss_keeps_the_epoch_of_least_dev_loss():
+    # 60 training rows and 200 features: the model overfits within a few epochs, so dev loss turns up
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(460, 200, generator=g)
+    y = (torch.rand(460, generator=g) < torch.sigmoid(x[:, 0] - 1.0)).float()
+    (xt, yt), (xd, yd) = (x[:60], y[:60]), (x[60:], y[60:])
+    torch.manual_seed(0)
+    model = LogisticRegression(200)
+    hp = TrainingHyperparameters(learning_rate=0.05, weight_decay=0.0, batch_size=16, max_epochs=40, patience=4,
+                                 early_stopping="loss")
+    result = fit_binary_classifier(model, xt, yt, xd, yd, hp)
+    losses = [h["dev_loss"] for h in result.history]
+    assert result.best_epoch == int(np.argmin(losses)) + 1 < result.epochs_run  # stopped after it, kept it
+    assert result.epochs_run - result.best_epoch == 4  # patience
+    kept = torch.nn.functional.binary_cross_entropy(torch.as_tensor(predict_proba(model, xd)), yd)
+    assert abs(float(kept) - min(losses)) < 1e-5
+    assert result.best_dev_auroc == result.history[result.best_epoch - 1]["dev_auroc"]
+    with pytest.raises(ValueError, match="early_stopping"):
+        TrainingHyperparameters(early_stopping="accuracy")
