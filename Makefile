@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 DATA    = data/mimic/all_hourly_data.h5
 EHR     = data/ehr/EHR_dataset.csv
-STAYS  ?= 2000
+STAYS  ?= 4000
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 
 .PHONY: demo test install bench clean-runs

@@ -1,17 +1,31 @@
 """A latent-severity generative model of ICU stays in MIMIC-Extract's shape.
 
-Each stay i draws a severity s_i ~ N(0, 1) that drives everything a model could learn from:
+Each stay i draws a general severity s_i ~ N(0, 1) and, for each of the six SOFA organ systems k
+(respiration, coagulation, liver, cardiovascular, CNS, renal), a dysfunction o_ik = 0.5 s_i +
+0.87 w_ik that drifts over the stay, o_ikh = o_ik + r_ik min(h, 48)/24 with r_ik ~ N(0, 0.6^2).
+Organ k has failed by the end of the first day to the degree f_ik = softplus(2 (e_ik - 1))/2,
+e_ik = o_ik + r_ik (a smooth max(0, e_ik - 1): only dysfunction beyond a threshold kills, as SOFA's
+thresholds). Outcomes therefore depend on a few specific variables, their trend and a threshold,
+not only on a shared severity that every variable shows: learning them takes data (and clean
+gradients), as on real ICU data.
 
-* stay length   L_i = exp(log 48 h + 0.55 s_i + 0.7 z_i), resampled until 12 h <= L_i < 241 h;
-* ICU death     P(mort_icu) = sigmoid(a + 1.6 s_i + 0.025 (age - 65) + unit + admission effects),
-  with a fitted so that the rate among the benchmark cohort (max_hours > 30) is ``mortality_rate``;
-* hourly vitals and labs  x_ivh = mu_v + sd_v (b_v s_ih + 0.55 u_iv + 0.45 e_ivh) on the natural or
-  log scale, where s_ih = s_i + (0.8 if the stay ends in death else 0) h / max_hours and b_v is the
-  variable's direction of derangement; an hour is measured with probability
-  (1 - missing_v) * first-day boost * exp(0.15 s_i), with 1 + Poisson(lambda_v) measurements whose
-  mean and standard deviation MIMIC-Extract would store (count = 0 -> NaN, NaN; count = 1 -> std NaN),
-  clipped to the variable's valid range;
-* interventions  stay-level episodes switched on with P = sigmoid(logit(p_k) + 1.2 s_i).
+* stay length   L_i = exp(log 48 h - 0.2 + 0.55 s_i + 0.3 (f_resp + f_cardio + f_renal) + 0.7 z_i),
+  resampled until 12 h <= L_i < 241 h;
+* ICU death     P(mort_icu) = sigmoid(a + 0.5 s_i + sum_k f_ik + 0.025 (age - 65) + unit + admission
+  effects), with a fitted so that the rate among the benchmark cohort (max_hours > 30) is
+  ``mortality_rate``;
+* hourly vitals and labs  x_ivh = mu_v + sd_v z_ivh on the natural or log scale, with
+  z_ivh proportional to g_v s_ih + b_v o_ikh + 0.55 u_iv + 0.45 e_ivh, where
+  s_ih = s_i + (0.8 if the stay ends in death else 0) h / max_hours; an organ's variables
+  (``_ORGAN``) load on its dysfunction (b_v) and weakly on s (g_v = 0.2), the others on s alone (g_v
+  = their direction of derangement); SIRS-like variables (``_TWO_SIDED``: temperature, white cells,
+  glucose, sodium) deviate in a per-stay direction by softplus(2 s_ih)/2, so a linear model sees
+  little of them; an hour is measured with probability (1 - missing_v) * first-day boost *
+  exp(0.15 s_i), with 1 + Poisson(lambda_v) measurements whose mean and standard deviation
+  MIMIC-Extract would store (count = 0 -> NaN, NaN; count = 1 -> std NaN), clipped to the
+  variable's valid range;
+* interventions  stay-level episodes switched on with P = sigmoid(logit(p_k) + 1.2 s_i), with the
+  respiratory dysfunction in place of s_i for ventilation and the cardiovascular one for vasopressors.
 
 No record of any real patient is used: only aggregate marginals published with MIMIC-Extract.
 """
@@ -24,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["SimulatedExtract", "simulate_extract", "INTERVENTIONS", "PATIENT_COLUMNS"]
+__all__ = ["SimulatedExtract", "simulate_extract", "INTERVENTIONS", "ORGANS", "PATIENT_COLUMNS"]
 
 INTERVENTIONS = [
     "vent", "vaso", "adenosine", "dobutamine", "dopamine", "epinephrine", "isuprel", "milrinone",
@@ -49,19 +63,31 @@ PATIENT_COLUMNS = [
     "hospstay_seq", "readmission_30", "max_hours",
 ]
 
-# direction in which severity moves a variable (in units of its sd); unlisted variables get a
-# small name-seeded direction
-_DIRECTION = {
-    "heart rate": 0.6, "respiratory rate": 0.55, "systolic blood pressure": -0.55,
-    "diastolic blood pressure": -0.45, "mean blood pressure": -0.55, "oxygen saturation": -0.5,
-    "temperature": 0.25, "glascow coma scale total": -0.65, "glucose": 0.3, "lactate": 0.6,
-    "lactic acid": 0.6, "creatinine": 0.45, "blood urea nitrogen": 0.45, "white blood cell count": 0.35,
-    "platelets": -0.35, "ph": -0.45, "bicarbonate": -0.45, "anion gap": 0.45, "potassium": 0.2,
-    "hematocrit": -0.25, "hemoglobin": -0.25, "fraction inspired oxygen": 0.5,
-    "fraction inspired oxygen set": 0.5, "positive end-expiratory pressure set": 0.4,
-    "partial pressure of oxygen": -0.3, "prothrombin time inr": 0.35, "bilirubin": 0.35,
-    "albumin": -0.35, "central venous pressure": 0.25, "sodium": 0.1, "chloride": 0.1,
+# direction in which the general severity moves a variable outside any organ system (in units of
+# its sd); unlisted variables get a small name-seeded direction
+_DIRECTION = {"hematocrit": -0.25, "hemoglobin": -0.25, "chloride": 0.1}
+ORGANS = ["respiration", "coagulation", "liver", "cardiovascular", "cns", "renal"]
+# variable -> (organ system, direction of derangement as the organ fails, in units of its sd)
+_ORGAN = {
+    "partial pressure of oxygen": ("respiration", -0.6), "fraction inspired oxygen": ("respiration", 0.5),
+    "fraction inspired oxygen set": ("respiration", 0.5), "oxygen saturation": ("respiration", -0.5),
+    "respiratory rate": ("respiration", 0.45), "positive end-expiratory pressure set": ("respiration", 0.4),
+    "partial pressure of carbon dioxide": ("respiration", 0.3),
+    "platelets": ("coagulation", -0.6), "prothrombin time inr": ("coagulation", 0.5),
+    "prothrombin time pt": ("coagulation", 0.5), "partial thromboplastin time": ("coagulation", 0.4),
+    "fibrinogen": ("coagulation", -0.3),
+    "bilirubin": ("liver", 0.7), "alanine aminotransferase": ("liver", 0.5),
+    "asparate aminotransferase": ("liver", 0.5), "albumin": ("liver", -0.35), "alkaline phosphate": ("liver", 0.3),
+    "mean blood pressure": ("cardiovascular", -0.55), "systolic blood pressure": ("cardiovascular", -0.55),
+    "diastolic blood pressure": ("cardiovascular", -0.45), "heart rate": ("cardiovascular", 0.5),
+    "lactate": ("cardiovascular", 0.6), "lactic acid": ("cardiovascular", 0.6),
+    "central venous pressure": ("cardiovascular", 0.25),
+    "glascow coma scale total": ("cns", -0.75),
+    "creatinine": ("renal", 0.65), "blood urea nitrogen": ("renal", 0.55), "potassium": ("renal", 0.3),
+    "bicarbonate": ("renal", -0.4), "ph": ("renal", -0.35), "anion gap": ("renal", 0.4),
 }
+# SIRS-like variables that leave the normal range on either side: share of stays deviating upwards
+_TWO_SIDED = {"temperature": 0.7, "white blood cell count": 0.7, "glucose": 0.8, "sodium": 0.5}
 _ETHNICITY = {  # group -> (share, categories written)
     "WHITE": (0.715, ["WHITE", "WHITE - OTHER EUROPEAN", "WHITE - RUSSIAN"]),
     "OTHER": (0.150, ["UNKNOWN/NOT SPECIFIED", "OTHER", "UNABLE TO OBTAIN", "MULTI RACE ETHNICITY"]),
@@ -105,12 +131,19 @@ def _draw(rng, values, counts, size):
     return rng.choice(np.asarray(values, dtype=object), size=size, p=p / p.sum())
 
 
-def _stay_lengths(rng, severity: np.ndarray) -> np.ndarray:
-    """Hours in the ICU, log-normal in severity, resampled into MIMIC-Extract's 12-240 h window."""
+def _softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def _stay_lengths(rng, severity: np.ndarray, failure: np.ndarray) -> np.ndarray:
+    """Hours in the ICU, log-normal in severity and in respiratory, cardiovascular and renal failure,
+    resampled into MIMIC-Extract's 12-240 h window."""
     hours = np.empty_like(severity)
     todo = np.arange(severity.size)
+    prolonging = failure[:, [ORGANS.index(k) for k in ("respiration", "cardiovascular", "renal")]].sum(1)
     while todo.size:
-        draw = np.exp(np.log(48.0) + 0.55 * severity[todo] + 0.7 * rng.standard_normal(todo.size))
+        draw = np.exp(np.log(48.0) - 0.2 + 0.55 * severity[todo] + 0.3 * prolonging[todo]
+                      + 0.7 * rng.standard_normal(todo.size))
         ok = (draw >= 12.0) & (draw < 241.0)
         hours[todo[ok]] = draw[ok]
         todo = todo[~ok]
@@ -167,10 +200,14 @@ def simulate_extract(variables: pd.DataFrame, n_stays: int, seed: int = 0, *,
     effective_age = np.where(shifted, 91.0, age)
     severity = severity + 0.012 * (effective_age - 65) - 0.4 * (cats["admission_type"] == "ELECTIVE")
 
-    hours = _stay_lengths(rng, severity)
+    organ = 0.5 * severity[:, None] + np.sqrt(0.75) * rng.standard_normal((n, len(ORGANS)))
+    organ_trend = 0.6 * rng.standard_normal((n, len(ORGANS)))  # per 24 h, for the first 48 h
+    failure = _softplus(2.0 * (organ + organ_trend - 1.0)) / 2.0  # at the end of the first day
+
+    hours = _stay_lengths(rng, severity, failure)
     max_hours = np.floor(hours).astype(np.int64)
     in_cohort = max_hours > 30
-    logit = (1.6 * severity + 0.025 * (effective_age - 65)
+    logit = (0.5 * severity + failure.sum(1) + 0.025 * (effective_age - 65)
              + np.vectorize(_UNIT_EFFECT.get)(cats["first_careunit"])
              - 1.5 * (cats["admission_type"] == "ELECTIVE"))
     a = _fit_intercept(logit[in_cohort], mortality_rate) if in_cohort.any() else 0.0
@@ -250,8 +287,9 @@ def simulate_extract(variables: pd.DataFrame, n_stays: int, seed: int = 0, *,
     progress = hour / np.maximum(max_hours[stay_of_row], 1)
     s_row = severity[stay_of_row] + 0.8 * mort_icu[stay_of_row] * progress
 
-    vitals_labs = _vitals_labs(rng, variables, n, stay_of_row, hour, s_row, severity, index)
-    interventions = _interventions(rng, n, stay_of_row, hour, max_hours, severity, index)
+    organ_rows = organ[stay_of_row] + organ_trend[stay_of_row] * (np.minimum(hour, 48) / 24.0)[:, None]
+    vitals_labs = _vitals_labs(rng, variables, n, stay_of_row, hour, s_row, organ_rows, severity, index)
+    interventions = _interventions(rng, n, stay_of_row, hour, max_hours, severity, organ, index)
     codes = None
     if with_codes:
         pool = ["4019", "4280", "42731", "41401", "5849", "25000", "2724", "51881", "5990", "0389"]
@@ -261,7 +299,7 @@ def simulate_extract(variables: pd.DataFrame, n_stays: int, seed: int = 0, *,
     return SimulatedExtract(patients, vitals_labs, interventions, codes)
 
 
-def _vitals_labs(rng, variables: pd.DataFrame, n, stay_of_row, hour, s_row, severity, index):
+def _vitals_labs(rng, variables: pd.DataFrame, n, stay_of_row, hour, s_row, organ_rows, severity, index):
     spec = variables.set_index("level2")
     names = list(spec.index)  # the bundled table is in MIMIC-Extract's column order
     rows = stay_of_row.size
@@ -280,9 +318,18 @@ def _vitals_labs(rng, variables: pd.DataFrame, n, stay_of_row, hour, s_row, seve
         p_row = np.clip(p * np.exp(0.15 * severity[stay_of_row]), 0.0, 1.0)
         observed = rng.random(rows) < p_row
         count = np.where(observed, 1 + rng.poisson(0.35 if vital else 0.08, rows), 0).astype(np.float64)
-        z = (direction * s_row + 0.55 * rng.standard_normal(n)[stay_of_row]
-             + 0.45 * rng.standard_normal(rows))
-        z /= np.sqrt(direction**2 + 0.55**2 + 0.45**2)
+        if name in _ORGAN:  # the organ's dysfunction, and a little of the general severity
+            system, loading = _ORGAN[name]
+            signal = 0.2 * np.sign(loading) * s_row + loading * organ_rows[:, ORGANS.index(system)]
+            scale = 0.2**2 + loading**2
+        elif name in _TWO_SIDED:  # deranged on a per-stay side, by how severe the stay is
+            side = np.where(rng.random(n) < _TWO_SIDED[name], 1.0, -1.0)[stay_of_row]
+            signal = side * 0.5 * (_softplus(2.0 * s_row) - 1.0)
+            scale = 0.5**2
+        else:
+            signal, scale = direction * s_row, direction**2
+        z = signal + 0.55 * rng.standard_normal(n)[stay_of_row] + 0.45 * rng.standard_normal(rows)
+        z /= np.sqrt(scale + 0.55**2 + 0.45**2)
         skewed = sd > 0.5 * mean and mean > 0
         if skewed:  # log-normal with the published mean and sd
             s2 = np.log1p((sd / mean) ** 2)
@@ -303,7 +350,7 @@ def _vitals_labs(rng, variables: pd.DataFrame, n, stay_of_row, hour, s_row, seve
     return pd.DataFrame(block, index=index, columns=columns, copy=False)
 
 
-def _interventions(rng, n, stay_of_row, hour, max_hours, severity, index):
+def _interventions(rng, n, stay_of_row, hour, max_hours, severity, organ, index):
     length = max_hours + 1
     out = {}
     for name in INTERVENTIONS:
@@ -314,7 +361,9 @@ def _interventions(rng, n, stay_of_row, hour, max_hours, severity, index):
             continue
         span = 0.5 if name in ("vent", "nivdurations") else 1.0  # calibrates mean hours on
         p_on = np.clip(frac / span, 1e-5, 0.95)
-        on = rng.random(n) < _sigmoid(np.log(p_on / (1 - p_on)) + 1.2 * severity)
+        drive = (organ[:, ORGANS.index("respiration")] if name in ("vent", "nivdurations")
+                 else organ[:, ORGANS.index("cardiovascular")] if name in _VASOPRESSORS else severity)
+        on = rng.random(n) < _sigmoid(np.log(p_on / (1 - p_on)) + 1.2 * drive)
         start = np.floor(rng.uniform(0, 0.4, n) * length)
         end = start + np.ceil(rng.uniform(0.2, 0.8, n) * length)
         out[name] = (on[stay_of_row] & (hour >= start[stay_of_row]) & (hour <= end[stay_of_row])).astype(np.int64)

@@ -307,7 +307,7 @@ def _parser() -> argparse.ArgumentParser:
     demo_sub = demo.add_subparsers(dest="kind", required=True)
     mimic = demo_sub.add_parser("mimic", parents=[common], help="a simulated MIMIC-Extract all_hourly_data.h5")
     mimic.add_argument("--out", type=Path, required=True, help="output .h5 path")
-    mimic.add_argument("--stays", type=int, default=2000, help="ICU stays (full size: 34472; default 2000)")
+    mimic.add_argument("--stays", type=int, default=4000, help="ICU stays (full size: 34472; default 4000)")
     mimic.add_argument("--seed", type=int, default=0)
     mimic.add_argument("--variables", type=int, default=None, help="keep the first N of the 104 LEVEL2 variables")
     mimic.add_argument("--patients-columns", type=int, choices=(28, 29), default=28)

@@ -14,7 +14,7 @@ from privehr.resources import mimic_extract_variables
 __all__ = ["write_demo_mimic", "write_extract", "write_demo_ehr"]
 
 
-def write_demo_mimic(out: Path, n_stays: int = 2000, seed: int = 0, *, n_variables: int | None = None,
+def write_demo_mimic(out: Path, n_stays: int = 4000, seed: int = 0, *, n_variables: int | None = None,
                      patients_columns: int = 28, label_dtype: str = "int64",
                      datetime_unit: str = "ns", with_codes: bool = False) -> dict:
     """Simulate ``n_stays`` stays and write them as MIMIC-Extract writes ``all_hourly_data.h5``.

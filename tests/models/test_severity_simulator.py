@@ -53,3 +53,26 @@ def test_options_and_determinism():
     assert str(a.patients["intime"].dtype) == "datetime64[us]"
     assert a.vitals_labs.shape[1] == 3 * 93 and a.vitals_labs_mean.shape[1] == 93
     assert len(a.codes) == len(a.vitals_labs) and a.codes.index.nlevels == 3
+
+
+def test_outcomes_depend_on_organ_systems_and_two_sided_derangement():
+    """Variables of one organ system move together; a two-sided variable predicts death by its distance from
+    normal, not by its value (what a linear model on the raw values cannot use)."""
+    variables = mimic_extract_variables()
+    sim = simulate_extract(variables, 3000, seed=2)
+    cohort = select_cohort(sim.patients).stays.set_index("icustay_id")
+    x = sim.vitals_labs.xs("mean", axis=1, level=1)
+    first_day = x[x.index.get_level_values("hours_in") < 24]
+    means = first_day.groupby(level="icustay_id").mean().loc[cohort.index]
+    z = (means - means.mean()) / means.std()
+
+    def corr(a, b):
+        ok = a.notna() & b.notna()
+        return float(np.corrcoef(a[ok], b[ok])[0, 1])
+
+    same_organ = corr(z["creatinine"], z["blood urea nitrogen"])  # renal
+    other_organ = corr(z["creatinine"], z["platelets"])  # renal vs coagulation
+    assert same_organ > 0.3 and same_organ > abs(other_organ) + 0.15
+    died = cohort["mort_icu"].astype(float)
+    assert abs(corr(z["sodium"], died)) < 0.1  # deranged up or down with equal odds
+    assert corr(z["sodium"].abs(), died) > 0.15
