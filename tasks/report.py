@@ -11,6 +11,7 @@ import pandas as pd
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from models.dp_utility_checks import check_dp_sgd_curves
 from models.result_summary import summarise_runs
 from privehr.config import Cell
 from tasks.figures import plot_auroc_vs_epsilon, plot_expm_boxplots
@@ -56,6 +57,30 @@ def _expm_draws(run_dir: Path, runs: list[dict]) -> pd.DataFrame:
             parts.append(pd.DataFrame({"label": r["label"], "model": r["model"], "target_epsilon": r["target_epsilon"],
                                        "auroc": json.loads(path.read_text())["auroc"]}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _check_lines(checks: list[dict]) -> str:
+    """The DP-SGD curve checks as Markdown bullets: what holds, and what is flagged."""
+    if not checks:
+        return ""
+    lines = ["DP-SGD curve checks (each epsilon's median below the non-private baseline; no step to a larger "
+             "epsilon that lowers the AUROC beyond seed noise, i.e. with every seed below every seed of the smaller "
+             "epsilon):", ""]
+    for c in checks:
+        curve = ", ".join(f"{a:.3f}" for a in c["auroc_medians"])
+        eps = ", ".join(f"{e:g}" for e in c["epsilons"])
+        if c["below_baseline"]:
+            below = "below the baseline"
+        elif c["at_or_above_baseline"]:
+            below = "FLAGGED: at or above the baseline at epsilon " + ", ".join(f"{e:g}" for e in c["at_or_above_baseline"])
+        else:
+            below = "FLAGGED: no non-private baseline to compare with"
+        drops = ("no decrease beyond seed noise" if c["no_decrease_beyond_seed_noise"] else
+                 "FLAGGED: decrease beyond seed noise " + ", ".join(
+                     f"{d['from']:g} -> {d['to']:g} ({d['auroc_from']:.3f} -> {d['auroc_to']:.3f})" for d in c["decreases"]))
+        lines.append(f"- {c['label']} / {c['model']} / {c['loss']}: AUROC {curve} at epsilon {eps}, non-private "
+                     f"{c['non_private_baseline']:.3f}: {below}; {drops}.")
+    return "\n".join(lines) + "\n\n"
 
 
 def _validation_lines(run_dir: Path) -> str:
@@ -106,9 +131,10 @@ def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
     cohort = json.loads((run_dir / "cohort.json").read_text())
     split = json.loads((run_dir / "split_manifest.json").read_text())["counts"]
     note = PRIVACY_NOTE.format(delta=delta)
+    checks = check_dp_sgd_curves(frame) if len(frame) else []
     table = results_table(rows)
     markdown = (f"# privehr run {run_dir.name}\n\nMedian test metrics over seeds.\n\n{table}\n\n{note}\n\n"
-                f"![AUROC vs epsilon]({figure.name})\n\n"
+                f"{_check_lines(checks)}![AUROC vs epsilon]({figure.name})\n\n"
                 + (f"![ExpM+NF AUROC of each draw]({boxplots.name})\n\n" if boxplots else "") +
                 f"Cohort: {cohort['stays']} stays; exclusions "
                 f"{cohort['exclusions']}. Split (stays): train {split['train']['stays']}, dev "
@@ -117,6 +143,7 @@ def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
     (run_dir / "results.md").write_text(markdown)
     result = {"run_id": run_dir.name, "run_dir": str(run_dir), "results": rows, "runs": len(runs),
               "figure": str(figure), "expm_boxplots": str(boxplots) if boxplots else None, "privacy_note": note,
+              "dp_sgd_checks": checks,
               "cohort": {k: cohort[k] for k in ("stays", "label_rates", "exclusions")}, "split": split}
     (run_dir / "metrics.json").write_text(json.dumps(result, indent=2, default=float))
     if in_prefect_run():

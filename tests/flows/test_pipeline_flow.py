@@ -42,6 +42,13 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
     assert (run_dir / "expm_nf_auroc_boxplots.png").stat().st_size > 10_000
     assert "Validation of `all_hourly_data.h5`: passed, 30 expectations" in report
     assert "Privacy ledger: dataset" in report and "16 DP-SGD release(s)" in report
+    checks = {(c["label"], c["model"]): c for c in metrics["dp_sgd_checks"]}
+    assert set(checks) == {(lb, m) for lb in ("mort_icu", "los_3") for m in ("logistic_regression", "grud")}
+    for (label, model), c in checks.items():
+        assert c["epsilons"] == [1.0, 10.0] and c["auroc_medians"] == [
+            rows[(label, model, "dp_sgd", e)]["auroc_median"] for e in (1.0, 10.0)]
+        assert c["non_private_baseline"] == rows[(label, model, "non_private", float("inf"))]["auroc_median"]
+        assert f"- {label} / {model} / bce: AUROC" in report
     for (label, model, method, eps), r in rows.items():
         assert 0 <= r["auroc_median"] <= 1
         if method == "dp_sgd":
