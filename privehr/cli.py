@@ -171,13 +171,14 @@ def _cmd_run(args) -> int:
                          "synthesis.path at yours in --config, or pass --no-synthesis")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.pipeline import on_dask, pipeline
-    from tasks.report import results_table
+    from tasks.report import curve_check_lines, results_table
 
     flow = on_dask(args.dask_address, args.dask_workers) if (args.dask or args.dask_address) else pipeline
     summary = flow(config)
     versioning = summary.get("versioning", {})
     text = "\n".join([
-        "", results_table(summary["results"]), "", summary["privacy_note"], f"figure: {summary['figure']}",
+        "", results_table(summary["results"]), "", summary["privacy_note"], "",
+        curve_check_lines(summary.get("dp_sgd_checks", [])).rstrip(), f"figure: {summary['figure']}",
         f"run {summary['run_id']}: artifacts in {summary['run_dir']}/",
         f"  versioned with DVC: {versioning['dvc_file']}" if versioning.get("versioned")
         else f"  not versioned with DVC ({versioning.get('reason', 'disabled')})",

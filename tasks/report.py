@@ -18,7 +18,7 @@ from tasks.figures import plot_auroc_vs_epsilon, plot_expm_boxplots
 from tasks.run_logging import in_prefect_run
 from tasks.synthesis_report import raw_accuracy
 
-__all__ = ["write_report", "results_table"]
+__all__ = ["write_report", "results_table", "curve_check_lines"]
 
 COLUMNS = ["label", "model", "method", "loss", "target_epsilon", "auroc_median", "auprc_median", "seeds",
            "epsilon_prv", "epsilon_rdp", "auroc_bayes", "auroc_map", "gap_std"]
@@ -59,7 +59,7 @@ def _expm_draws(run_dir: Path, runs: list[dict]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def _check_lines(checks: list[dict]) -> str:
+def curve_check_lines(checks: list[dict]) -> str:
     """The DP-SGD curve checks as Markdown bullets: what holds, and what is flagged."""
     if not checks:
         return ""
@@ -134,7 +134,7 @@ def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
     checks = check_dp_sgd_curves(frame) if len(frame) else []
     table = results_table(rows)
     markdown = (f"# privehr run {run_dir.name}\n\nMedian test metrics over seeds.\n\n{table}\n\n{note}\n\n"
-                f"{_check_lines(checks)}![AUROC vs epsilon]({figure.name})\n\n"
+                f"{curve_check_lines(checks)}![AUROC vs epsilon]({figure.name})\n\n"
                 + (f"![ExpM+NF AUROC of each draw]({boxplots.name})\n\n" if boxplots else "") +
                 f"Cohort: {cohort['stays']} stays; exclusions "
                 f"{cohort['exclusions']}. Split (stays): train {split['train']['stays']}, dev "
