@@ -19,8 +19,8 @@ gradients), as on real ICU data.
   s_ih = s_i + (0.8 if the stay ends in death else 0) h / max_hours; an organ's variables
   (``_ORGAN``) load on its dysfunction (b_v) and weakly on s (g_v = 0.2), the others on s alone (g_v
   = their direction of derangement); SIRS-like variables (``_TWO_SIDED``: temperature, white cells,
-  glucose, sodium) deviate in a per-stay direction by softplus(2 s_ih)/2, so a linear model sees
-  little of them; an hour is measured with probability (1 - missing_v) * first-day boost *
+  glucose, sodium) move in a per-stay direction by (softplus(2 s_ih) - 1)/2, which grows with
+  severity (and is slightly negative for the healthiest stays), so a linear model sees little of them; an hour is measured with probability (1 - missing_v) * first-day boost *
   exp(0.15 s_i), with 1 + Poisson(lambda_v) measurements whose mean and standard deviation
   MIMIC-Extract would store (count = 0 -> NaN, NaN; count = 1 -> std NaN), clipped to the
   variable's valid range;

@@ -57,7 +57,7 @@ def _logits(model: nn.Module, x, batch_size: int = 4096) -> torch.Tensor:
     x = _as_inputs(x)
     model.eval()
     out = [model(*(t[i:i + batch_size] for t in x)) for i in range(0, len(x[0]), batch_size)]
-    return torch.cat(out) if out else torch.empty(0)
+    return torch.cat(out) if out else torch.empty(0, device=x[0].device)
 
 
 def predict_proba(model: nn.Module, x, batch_size: int = 4096) -> np.ndarray:
@@ -75,7 +75,7 @@ def fit_binary_classifier(model: nn.Module, x_train, y_train: torch.Tensor, x_de
     generator = torch.Generator().manual_seed(hp.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
     loss_fn = binary_loss(loss)
-    best = (-np.inf, 0, None)
+    best = (-np.inf, 0, None, float("nan"))  # (score, epoch, parameters, dev AUROC)
     history, stale = [], 0
     n = len(x_train[0])
     for epoch in range(1, hp.max_epochs + 1):
@@ -94,13 +94,13 @@ def fit_binary_classifier(model: nn.Module, x_train, y_train: torch.Tensor, x_de
             logits = _logits(model, x_dev)
             record["dev_auroc"] = binary_metrics(y_dev.cpu().numpy(), torch.sigmoid(logits).cpu().numpy())["auroc"]
             record["dev_loss"] = float(loss_fn(logits, y_dev))
-            if hp.early_stopping == "loss" or not np.isfinite(record["dev_auroc"]):
-                score = -record["dev_loss"]
-            else:
+            if hp.early_stopping == "auroc" and np.isfinite(record["dev_auroc"]):
                 score = record["dev_auroc"]
+            else:  # the loss, or a one-class dev split where the AUROC is undefined
+                score = -record["dev_loss"] if np.isfinite(record["dev_loss"]) else -record["train_loss"]
             if score > best[0]:
-                best, stale = (score, epoch, {k: v.detach().clone() for k, v in model.state_dict().items()}), 0
-                best_auroc = record["dev_auroc"]
+                state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                best, stale = (score, epoch, state, record["dev_auroc"]), 0
             else:
                 stale += 1
         history.append(record)
@@ -110,7 +110,7 @@ def fit_binary_classifier(model: nn.Module, x_train, y_train: torch.Tensor, x_de
             break
     if best[2] is not None:
         model.load_state_dict(best[2])
-        return TrainingResult(best_epoch=best[1], best_dev_auroc=float(best_auroc), epochs_run=len(history),
+        return TrainingResult(best_epoch=best[1], best_dev_auroc=float(best[3]), epochs_run=len(history),
                               history=history)
     return TrainingResult(best_epoch=len(history), best_dev_auroc=float("nan"), epochs_run=len(history),
                           history=history)

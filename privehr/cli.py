@@ -178,7 +178,7 @@ def _cmd_run(args) -> int:
     versioning = summary.get("versioning", {})
     text = "\n".join([
         "", results_table(summary["results"]), "", summary["privacy_note"], "",
-        curve_check_lines(summary.get("dp_sgd_checks", [])).rstrip(), f"figure: {summary['figure']}",
+        *filter(None, [curve_check_lines(summary.get("dp_sgd_checks", [])).rstrip()]), f"figure: {summary['figure']}",
         f"run {summary['run_id']}: artifacts in {summary['run_dir']}/",
         f"  versioned with DVC: {versioning['dvc_file']}" if versioning.get("versioned")
         else f"  not versioned with DVC ({versioning.get('reason', 'disabled')})",

@@ -358,7 +358,7 @@ SEED_000_EPSILONS = [1e-4, 1e-3, 1e-2, 0.1, 0.5, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0]
 DEMO_SYNTHESIS = {"path": "data/ehr/EHR_dataset.csv", "mice": {"m": 2}, "runs": 1, "releases": 2}
 
 PROFILES: dict[str, dict] = {
-    # the demo's dev split holds ~20 deaths: its AUROC keeps rising while the model overfits, its loss does not
+    # the demo's dev split holds ~18 deaths: its AUROC keeps rising while the model overfits, its loss does not
     "demo": {"synthesis": DEMO_SYNTHESIS, "training": {"non_private": {"early_stopping": "loss"}}},
     # seed 000's grid: epsilon 1e-4 ... 10, both losses, 10 seeds (10 flows x 1000 samples), a real search
     "full": {"training": {"seeds": 10, "search_budget": 10, "losses": ["bce", "l2"],

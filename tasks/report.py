@@ -67,19 +67,26 @@ def curve_check_lines(checks: list[dict]) -> str:
              "epsilon that lowers the AUROC beyond seed noise, i.e. with every seed below every seed of the smaller "
              "epsilon):", ""]
     for c in checks:
-        curve = ", ".join(f"{a:.3f}" for a in c["auroc_medians"])
+        curve = ", ".join("nan" if a is None else f"{a:.3f}" for a in c["auroc_medians"])
+        baseline = "none" if c["non_private_baseline"] is None else f"{c['non_private_baseline']:.3f}"
         eps = ", ".join(f"{e:g}" for e in c["epsilons"])
-        if c["below_baseline"]:
+        if c["not_finite"]:
+            below = "FLAGGED: AUROC not finite at epsilon " + ", ".join(f"{e:g}" for e in c["not_finite"])
+        elif c["below_baseline"]:
             below = "below the baseline"
         elif c["at_or_above_baseline"]:
             below = "FLAGGED: at or above the baseline at epsilon " + ", ".join(f"{e:g}" for e in c["at_or_above_baseline"])
         else:
             below = "FLAGGED: no non-private baseline to compare with"
-        drops = ("no decrease beyond seed noise" if c["no_decrease_beyond_seed_noise"] else
-                 "FLAGGED: decrease beyond seed noise " + ", ".join(
-                     f"{d['from']:g} -> {d['to']:g} ({d['auroc_from']:.3f} -> {d['auroc_to']:.3f})" for d in c["decreases"]))
+        if c["decreases"]:
+            drops = "FLAGGED: decrease beyond seed noise " + ", ".join(
+                f"{d['from']:g} -> {d['to']:g} ({d['auroc_from']:.3f} -> {d['auroc_to']:.3f})" for d in c["decreases"])
+        elif c["not_finite"]:
+            drops = "no decrease beyond seed noise among the finite epsilons"
+        else:
+            drops = "no decrease beyond seed noise"
         lines.append(f"- {c['label']} / {c['model']} / {c['loss']}: AUROC {curve} at epsilon {eps}, non-private "
-                     f"{c['non_private_baseline']:.3f}: {below}; {drops}.")
+                     f"{baseline}: {below}; {drops}.")
     return "\n".join(lines) + "\n\n"
 
 

@@ -36,4 +36,15 @@ def test_dp_at_or_above_the_baseline_is_flagged_and_the_baseline_is_the_best_los
     (check,) = check_dp_sgd_curves(_runs({0.1: [0.7], 10.0: [0.86]}, [0.84], baseline_l2=[0.86]))
     assert not check["below_baseline"] and check["at_or_above_baseline"] == [10.0]
     (check,) = check_dp_sgd_curves(_runs({0.1: [0.7]}, []))
-    assert np.isnan(check["non_private_baseline"]) and not check["below_baseline"]
+    assert check["non_private_baseline"] is None and not check["below_baseline"]
+
+
+def test_a_diverged_seed_fails_both_checks_and_stays_valid_json():
+    import json
+
+    (check,) = check_dp_sgd_curves(_runs({0.1: [0.6, 0.62, 0.61], 10.0: [0.8, np.nan, 0.82]}, [0.9]))
+    assert check["not_finite"] == [10.0]
+    assert not check["below_baseline"] and not check["no_decrease_beyond_seed_noise"]
+    json.loads(json.dumps(check, allow_nan=False))
+    (check,) = check_dp_sgd_curves(_runs({0.1: [np.nan], 10.0: [np.nan]}, [np.nan]))
+    assert check["auroc_medians"] == [None, None] and check["non_private_baseline"] is None
