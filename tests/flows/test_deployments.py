@@ -1,0 +1,25 @@
+"""prefect.yaml's deployments take parameters the flows accept, and the demo deployment is the demo profile."""
+
+from pathlib import Path
+
+import yaml
+
+from privehr.config import PipelineConfig, load_config
+
+DEPLOYMENTS = yaml.safe_load((Path(__file__).parents[2] / "prefect.yaml").read_text())["deployments"]
+
+
+def _pipeline(name: str) -> dict:
+    (deployment,) = [d for d in DEPLOYMENTS if d["entrypoint"] == "flows/pipeline.py:pipeline" and d["name"] == name]
+    return deployment
+
+
+def test_the_demo_deployment_runs_the_demo_profile():
+    config = PipelineConfig.model_validate(_pipeline("demo")["parameters"]["config"])
+    assert config == load_config(profile="demo")  # e.g. early stopping on dev loss, as `privehr run` does
+
+
+def test_the_nightly_deployment_validates_and_has_its_schedule():
+    nightly = _pipeline("nightly")
+    PipelineConfig.model_validate(nightly["parameters"]["config"])
+    assert [s["cron"] for s in nightly["schedules"]] == ["0 3 * * *"]
