@@ -310,9 +310,6 @@ def _vitals_labs(rng, variables: pd.DataFrame, n, stay_of_row, hour, s_row, orga
         mean, sd = float(v["mean"]), max(float(v["sd"]), 1e-6)
         lo, hi = float(v["valid_low"]), float(v["valid_high"])
         miss = float(v["missing_percent"]) / 100.0
-        direction = _DIRECTION.get(name)
-        if direction is None:
-            direction = np.random.default_rng(zlib.crc32(name.encode())).uniform(-0.25, 0.25)
         vital = miss < 0.5
         p = (1 - miss) * np.where(first_day, 1.6 if not vital else 1.05, 1.0)
         p_row = np.clip(p * np.exp(0.15 * severity[stay_of_row]), 0.0, 1.0)
@@ -326,7 +323,10 @@ def _vitals_labs(rng, variables: pd.DataFrame, n, stay_of_row, hour, s_row, orga
             side = np.where(rng.random(n) < _TWO_SIDED[name], 1.0, -1.0)[stay_of_row]
             signal = side * 0.5 * (_softplus(2.0 * s_row) - 1.0)
             scale = 0.5**2
-        else:
+        else:  # the general severity, in the variable's direction (name-seeded when unlisted)
+            direction = _DIRECTION.get(name)
+            if direction is None:
+                direction = np.random.default_rng(zlib.crc32(name.encode())).uniform(-0.25, 0.25)
             signal, scale = direction * s_row, direction**2
         z = signal + 0.55 * rng.standard_normal(n)[stay_of_row] + 0.45 * rng.standard_normal(rows)
         z /= np.sqrt(scale + 0.55**2 + 0.45**2)

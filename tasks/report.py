@@ -44,7 +44,6 @@ def results_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-
 def _expm_draws(run_dir: Path, runs: list[dict]) -> pd.DataFrame:
     """Every ExpM+NF draw's test AUROC, from the files its fits wrote next to their models."""
     parts = []
