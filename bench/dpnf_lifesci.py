@@ -34,12 +34,13 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from models.anomaly_detection import dp_ad_roc, tail_anomalies, threshold_roc  # noqa: E402
+from models.anomaly_detection import content_ids, dp_ad_roc, partition_by_id, tail_anomalies, threshold_roc  # noqa: E402
 from models.classifiers import seeded_build  # noqa: E402
 from models.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density  # noqa: E402
 from models.gaussian_dp import gdp_epsilon  # noqa: E402
 from models.maf import MAF  # noqa: E402
-from models.privacy_accounting import calibrate_noise_multiplier  # noqa: E402
+from models.randomness import NoiseSource  # noqa: E402
+from models.release_plan import ReleasePlan  # noqa: E402
 from models.synthetic_utility import knn_mse  # noqa: E402
 
 PAPER = {"epsilons": [0.5, 1.0, 2.0, 4.0], "dp_nf_gdp": ["8.90 +- 0.18", "9.41 +- 0.12", "10.20 +- 0.09", "10.77 +- 0.24"],
@@ -80,20 +81,22 @@ def main() -> None:
         mean, sd = train.mean(0), train.std(0)
         train, test = (train - mean) / sd, (test - mean) / sd
         x_train = torch.tensor(train, dtype=torch.float32)
-        hp = DensityHyperparameters(learning_rate=args.lr, batch_size=args.batch, steps=args.steps,
-                                    max_grad_norm=1.0, seed=split)
-        q = 1 / int(np.ceil(len(train) / args.batch))
+        hp = DensityHyperparameters(learning_rate=args.lr, batch_size=args.batch, steps=args.steps, seed=split)
         anomalies = tail_anomalies(test, len(test), rng)
         knn_real = knn_mse(train[:, :9], train[:, 9], test[:, :9], test[:, 9])
         for epsilon in budgets:
-            sigma = None if epsilon is None else calibrate_noise_multiplier(epsilon, DELTA, q, args.steps).noise_multiplier
+            plan = None if epsilon is None else ReleasePlan.for_steps(
+                len(train), args.batch / len(train), args.steps, kind="epsilon", value=epsilon, delta=DELTA)
+            sigma, q = (None, None) if plan is None else (plan.noise_multiplier, plan.sample_rate)
             flow = _flow(split)
-            release = train_density(flow, x_train, hp, sigma, DELTA)
+            release = train_density(flow, x_train, hp, plan, NoiseSource.secret())
+            cost = release.plan or {}
             synthetic = flow.sample(len(train), torch.Generator().manual_seed(split)).numpy()
             finite = np.isfinite(synthetic).all(1)
             row = {"split": split, "epsilon_target": epsilon, "sigma": sigma, "sample_rate": q, "steps": args.steps,
-                   "epsilon_prv": release.epsilon_prv, "epsilon_rdp": release.epsilon_rdp, "mu": release.mu,
-                   "epsilon_gdp_of_sigma": None if sigma is None else gdp_epsilon(release.mu, DELTA),
+                   "epsilon_prv": cost.get("epsilon_prv"), "epsilon_rdp": cost.get("epsilon_rdp"),
+                   "epsilon_pld": cost.get("epsilon_pld"), "mu": cost.get("mu"),
+                   "epsilon_gdp_of_sigma": None if sigma is None else gdp_epsilon(cost["mu"], DELTA),
                    "test_log_likelihood": mean_log_likelihood(flow, torch.tensor(test, dtype=torch.float32)),
                    "knn_mse_synthetic": knn_mse(synthetic[finite, :9], synthetic[finite, 9], test[:, :9], test[:, 9]),
                    "knn_mse_real": knn_real, "nonfinite_samples": int((~finite).sum())}
@@ -105,9 +108,10 @@ def main() -> None:
             print(json.dumps({k: row[k] for k in ("split", "epsilon_target", "test_log_likelihood", "knn_mse_synthetic")}),
                   flush=True)
         if split == 0:  # DP-AD: k non-private flows on disjoint partitions; only their eps-DP votes are released
-            parts = np.array_split(rng.permutation(len(train)), args.dp_ad_partitions)
+            partition = partition_by_id(content_ids(train), args.dp_ad_partitions)  # add/remove one: one part moves
             flows = []
-            for i, idx in enumerate(parts):
+            for i in range(args.dp_ad_partitions):
+                idx = np.flatnonzero(partition == i)
                 flow = _flow(100 + i)
                 train_density(flow, x_train[idx], DensityHyperparameters(learning_rate=args.lr, batch_size=args.batch,
                                                                          steps=args.steps // 2, seed=100 + i))
@@ -115,7 +119,8 @@ def main() -> None:
             votes_normal = np.stack([_log_probs(f, test) for f in flows])
             votes_anomalous = np.stack([_log_probs(f, anomalies) for f in flows])
             for eps in (0.1, 1.0, 5.0):
-                roc[f"DP-AD eps {eps} per answer"] = dp_ad_roc(votes_normal, votes_anomalous, eps, rng)
+                roc[f"DP-AD eps {eps} per answer"] = dp_ad_roc(votes_normal, votes_anomalous, eps,
+                                                               NoiseSource.secret().numpy_generator("dp-ad"))
     frame = pd.DataFrame(rows)
     table = frame.groupby("epsilon_target", dropna=False).agg(
         ll_mean=("test_log_likelihood", "mean"), ll_sd=("test_log_likelihood", "std"),

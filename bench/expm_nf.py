@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 from models.batched_utility import BatchedUtility  # noqa: E402
 from models.device import resolve_device  # noqa: E402
 from models.dp_sgd import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
+from models.randomness import NoiseSource  # noqa: E402
+from models.release_plan import ReleasePlan  # noqa: E402
 from models.expm_nf import ExpMNFHyperparameters, sample_parameters, train_expm_nf  # noqa: E402
 from models.logistic_regression import LogisticRegression  # noqa: E402
 from models.metrics import binary_metrics  # noqa: E402
@@ -104,9 +106,8 @@ def time_to_auroc(epsilon: float, target: float, device, budget_s: float = 120.0
         torch.manual_seed(0)
         model = LogisticRegression(x.shape[1]).to(device)
         t_run = time.perf_counter()
-        model, _ = train_dp_sgd(model, (x,), y, DPSGDHyperparameters(learning_rate=0.05, batch_size=256,
-                                                                      epochs=epochs, max_grad_norm=1.0, seed=0),
-                                epsilon, 1e-5)
+        plan = ReleasePlan.for_epochs(len(y), 256, epochs, target_epsilon=epsilon, delta=1e-5, max_grad_norm=1.0)
+        model, _ = train_dp_sgd(model, (x,), y, DPSGDHyperparameters(learning_rate=0.05), plan, NoiseSource.secret())
         run_s = time.perf_counter() - t_run
         with torch.no_grad():
             p = torch.sigmoid(model(torch.as_tensor(x_test, device=device))).cpu().numpy()

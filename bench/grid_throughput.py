@@ -8,7 +8,7 @@ DP-SGD at epsilon 1, both labels, ``--seeds`` seeds; no ExpM+NF, no synthesis, n
 ThreadPoolTaskRunner, ProcessPoolTaskRunner and prefect-dask's DaskTaskRunner (a local cluster of
 worker processes, one thread each), each with ``--workers`` workers. Reported per runner: wall time
 of the whole flow, fits per minute, and whether its results equal the thread pool's (they must:
-every draw is seeded). Runs under a temporary Prefect harness; prints JSON and writes
+every draw is seeded: ``privacy.reproducible_noise``, so none of these releases is DP). Runs under a temporary Prefect harness; prints JSON and writes
 bench/results/grid_throughput.json.
 """
 
@@ -57,7 +57,7 @@ def main() -> None:
         for name, runner in runners.items():
             config = PipelineConfig.model_validate({
                 "data": {"hdf5_path": str(extract)}, "artifacts_dir": str(tmp / "artifacts"), "run_id": name,
-                "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp / f"{name}.jsonl")},
+                "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp / f"{name}.jsonl"), "reproducible_noise": True},
                 "training": {"methods": ["non_private", "dp_sgd"], "seeds": args.seeds,
                              "dp_sgd": {"epsilons": [1.0], "epochs": 3}, "non_private": {"max_epochs": 5}}})
             start = time.perf_counter()

@@ -99,9 +99,12 @@ def main() -> None:
     mice = []
     if args.harrod.exists():
         from privehr.specs import load_ehr_spec
-        from tasks.ehr_table import read_ehr_table
+        from tasks.ehr_table import drop_by_missingness, read_ehr_table
 
-        mice.append(_mice("harrod_ehr", read_ehr_table(args.harrod, load_ehr_spec("harrod_ehr")).frame, trace=True))
+        spec = load_ehr_spec("harrod_ehr")
+        table = read_ehr_table(args.harrod, spec)
+        kept, _, _ = drop_by_missingness(table.frame, spec, table.decisions["records_read"])
+        mice.append(_mice("harrod_ehr", kept, trace=True))
     mice.append(_mice("static_20k", _static_table(20_000), trace=False))
     result["mice"] = mice
     out = ROOT / "bench" / "results" / "validation.json"

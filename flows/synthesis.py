@@ -1,6 +1,6 @@
 """privehr-synthesize: EHR table -> [dvc pull if missing] -> validate (GX) -> split by patient -> MICE (m datasets)
--> privacy budget check -> DP-NF[imputation, budget, run] (each into the privacy ledger) -> synthetic releases
--> evaluate[release] + train-on-real baseline[imputation] -> report.
+-> privacy budget check (reserves every flow) -> [noisy patient count] -> DP-NF[imputation, budget, run] (each into
+the privacy ledger as it is trained) -> synthetic releases -> evaluate[release] + train-on-real baseline -> report.
 
 Tasks pass file paths only; the imputed patients stay under ``intermediate/``.
 """
@@ -14,10 +14,9 @@ from models.device import resolve_device
 from privehr.config import SynthesisConfig
 from tasks.compute import CONCURRENT_FITS
 from tasks.impute import impute_ehr
-from tasks.mimic_extract import sha256_file
-from tasks.privacy_ledger import check_synthesis_budget
-from tasks.run_directory import create_run_directory
-from tasks.synthesis import synthesize
+from tasks.release_budget import check_synthesis_budget
+from tasks.run_directory import create_run_directory, run_lock
+from tasks.synthesis import COUNT_KEY, release_patient_count, synthesize
 from tasks.synthesis_report import write_synthesis_report
 from tasks.synthetic_evaluation import evaluate_original, evaluate_release
 from tasks.validate import validate_delivery
@@ -30,16 +29,18 @@ __all__ = ["synthesize_ehr"]
 def synthesize_ehr(config: SynthesisConfig = SynthesisConfig(), device: str = "auto") -> dict:
     """Synthesise ``config.path`` with DP-NF over the budget grid; return the report summary."""
     run_dir = create_run_directory(config)
-    pull_inputs([str(config.path)])
-    validation = validate_delivery(str(config.path), run_dir, config.spec, stop_on_critical=config.stop_on_critical)
-    impute_ehr(config, run_dir)
-    dataset = sha256_file(config.path)
-    check_synthesis_budget(run_dir, config, dataset)  # raises before any flow is trained
-    fit = synthesize.with_options(tags=["gpu"] if resolve_device(device).type == "cuda" else [])
-    records = fit.map(unmapped(run_dir), config.jobs(), unmapped(config), unmapped(dataset), unmapped(device))
-    originals = evaluate_original.map(unmapped(run_dir), list(range(config.mice.m)), unmapped(config))
-    evaluations = evaluate_release.map(unmapped(run_dir), records, unmapped(config))
-    record_paths = [r.result() for r in records]  # each flow entered the ledger as soon as it was trained
-    evaluations.wait()
-    summary = write_synthesis_report(run_dir, record_paths, [o.result() for o in originals], config)
+    with run_lock(run_dir):
+        pull_inputs([str(config.path)])
+        validation = validate_delivery(str(config.path), run_dir, config.spec,
+                                       stop_on_critical=config.stop_on_critical)
+        impute_ehr(config, run_dir)
+        reservations = check_synthesis_budget(run_dir, config)  # raises before any flow is trained
+        release_patient_count(run_dir, config, reservations.get(COUNT_KEY))
+        fit = synthesize.with_options(tags=["gpu"] if resolve_device(device).type == "cuda" else [])
+        records = [fit.submit(run_dir, job, config, reservations.get(job["job_id"]), device) for job in config.jobs()]
+        originals = evaluate_original.map(unmapped(run_dir), list(range(config.mice.m)), unmapped(config))
+        evaluations = evaluate_release.map(unmapped(run_dir), records, unmapped(config))
+        record_paths = [r.result() for r in records]  # each flow entered the ledger as soon as it was trained
+        evaluations.wait()
+        summary = write_synthesis_report(run_dir, record_paths, [o.result() for o in originals], config)
     return summary | {"validation": validation}

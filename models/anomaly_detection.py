@@ -4,14 +4,17 @@ Likelihood threshold: x is flagged out-of-distribution when log p(x) <= T. With 
 every such query is post-processing of the DP release and costs no further privacy.
 
 DP-AD (seed 001 Algorithm 2, sample-and-aggregate): k non-private flows fitted on disjoint
-partitions vote; with c = #{i : log p_i(x) > T} the answer is "in-distribution" with probability
+partitions vote. A record's partition is a hash of the record's own id (:func:`partition_by_id`),
+so adding or removing one record changes one partition and leaves every other record where it was;
+a random permutation split into k parts would shift the boundaries of every part and let one record
+change all k flows. With c = #{i : log p_i(x) > T} the answer is "in-distribution" with probability with c = #{i : log p_i(x) > T} the answer is "in-distribution" with probability
 
     exp(eps c / 2) / (exp(eps c / 2) + exp(eps (k - c) / 2)) = sigmoid(eps (2c - k) / 2),
 
 the exponential mechanism with scores c and k - c, whose sensitivity is 1 (a record sits in one
 partition, so it moves c by at most one). Each *answer* is eps-DP for the training records; q
 answers cost q * eps by basic composition. The flows themselves are not private and must never be
-released.
+released. The answers' randomness must come from a secret source (``NoiseSource.secret()``).
 
 Test anomalies as seed 001: per dimension uniform in the tails of reference data, between the 5th
 and 30th or the 70th and 95th percentiles (side chosen at random).
@@ -19,10 +22,32 @@ and 30th or the 70th and 95th percentiles (side chosen at random).
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
+
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
-__all__ = ["tail_anomalies", "threshold_roc", "vote_counts", "exponential_mechanism_votes", "dp_ad_roc"]
+__all__ = ["tail_anomalies", "threshold_roc", "vote_counts", "exponential_mechanism_votes", "dp_ad_roc",
+           "partition_by_id", "content_ids"]
+
+
+def partition_by_id(ids: Iterable, k: int) -> np.ndarray:
+    """The partition (0..k-1) of each record: sha256 of its id, mod k; independent of the other records.
+
+    >>> partition_by_id(["a", "b", "c"], 4).tolist() == partition_by_id(["c", "b", "a"], 4).tolist()[::-1]
+    True
+    """
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    return np.array([int.from_bytes(hashlib.sha256(str(i).encode()).digest()[:8], "little") % k for i in ids],
+                    dtype=np.int64)
+
+
+def content_ids(x: np.ndarray) -> list[str]:
+    """Ids for records that carry none: the sha256 of each row's bytes (equal rows share an id)."""
+    rows = np.ascontiguousarray(np.asarray(x, dtype=np.float64))
+    return [hashlib.sha256(r.tobytes()).hexdigest() for r in rows]
 
 
 def tail_anomalies(reference: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:

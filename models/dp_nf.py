@@ -1,48 +1,54 @@
 """DP-NF: density estimation by a normalizing flow trained with DP-SGD (seed 001 Alg. 1, seed 002 Alg. 1).
 
+Papers: Waters, Turnbull, Skiadopoulos, "Differentially Private Normalizing Flows for Density
+Estimation" (seed 001); Su, Wang, Schiavazzi, Liu, "Differentially Private Normalizing Flows for
+Density Estimation, Data Synthesis, and Variational Inference with Application to Electronic Health
+Records" (seed 002).
+
 Minimises the mean negative log-likelihood -1/b sum_i log p_theta(x_i) over Poisson batches (rate
 q) by DP-SGD: each per-sample gradient clipped to norm C, Gaussian noise N(0, sigma^2 C^2 I) added to
-the sum, divided by the expected batch q n. Per-sample clipping by ghost clipping of the masked layers
-(:mod:`models.masked_clipping`, the default) or by Opacus (hooks with privehr's masked-linear rule, or
-its functorch fallback); Poisson sampling either way. After exactly T steps the
-flow is released; it is (epsilon, delta)-DP for the records in ``x`` with epsilon from the PRV
-accountant (RDP alongside) and, for comparison with the papers, mu-GDP with
-mu = q sqrt(T (exp(1/sigma^2) - 1)) (:mod:`models.gaussian_dp`). Synthetic data sampled from the
-flow are post-processing: they cost nothing more.
+the sum, divided by the expected batch q n. sigma, q, T and C come from the release's
+:class:`~models.release_plan.ReleasePlan`; the trainer takes exactly its T steps. Per-sample
+clipping by ghost clipping of the masked layers (:mod:`models.masked_clipping`, the default) or by
+Opacus (hooks with privehr's masked-linear rule, or its functorch fallback); Poisson sampling either
+way. The noise and the sampling come from the release's :class:`~models.randomness.NoiseSource`
+(OS entropy unless reproducible noise was asked for), the noise drawn as four summed Gaussians.
+After the T steps the flow is released; it is (epsilon, delta)-DP for the records in ``x`` with
+epsilon from the PRV accountant (RDP and PLD alongside) and, for comparison with the papers, mu-GDP
+with mu = q sqrt(T (exp(1/sigma^2) - 1)) (:mod:`models.gaussian_dp`). Synthetic data sampled from
+the flow are post-processing: they cost nothing more.
 
 Not covered: anything computed from the private records before training (imputation, scaling
-statistics, dropping columns by missingness) and any tuning of hyperparameters on them.
-``noise_multiplier=None`` trains without privacy (the mu = infinity column of seed 002).
+statistics) and any tuning of hyperparameters on them. ``plan=None`` trains without privacy (the
+mu = infinity column of seed 002).
 """
 
 from __future__ import annotations
 
-import math
-import secrets
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import models.grad_samplers  # noqa: F401  (registers the MaskedLinear rule for the Opacus paths)
-from models.dp_sgd import make_private_poisson
-from models.gaussian_dp import gdp_epsilon, gdp_mu, sigma_for_mu
+from models.dp_sgd import check_accounted, endless, make_private_poisson
 from models.masked_clipping import clipped_gradient_sum
-from models.privacy_accounting import calibrate_noise_multiplier, epsilon_spent
+from models.randomness import NoiseSource, gaussian_noise
+from models.release_plan import ReleasePlan
 
-__all__ = ["DensityHyperparameters", "DensityRelease", "train_density", "mean_log_likelihood", "poisson_batch",
-           "noise_for_budget"]
+__all__ = ["DensityHyperparameters", "DensityRelease", "train_density", "mean_log_likelihood"]
 
 
 @dataclass(frozen=True)
 class DensityHyperparameters:
+    """The optimiser, and the non-private schedule (a DP release takes b, T and C from its plan)."""
+
     learning_rate: float = 1e-3
-    batch_size: int = 32            # expected batch q * n (q = 1 / ceil(n / batch_size), Opacus)
-    steps: int = 1000               # T
-    max_grad_norm: float = 1.0      # C
-    seed: int = 0
+    batch_size: int = 32            # non-private minibatch
+    steps: int = 1000               # non-private steps
+    seed: int = 0                   # non-private shuffling
 
 
 @dataclass
@@ -50,43 +56,18 @@ class DensityRelease:
     """What was released and what it cost: mechanism, sigma, q, T, delta, epsilon (PRV, RDP, GDP), mu."""
 
     mechanism: str                  # "dp_sgd" or "non_private"
-    noise_multiplier: float | None
-    sample_rate: float
-    steps: int
-    max_grad_norm: float | None
-    delta: float | None
-    epsilon_prv: float | None
-    epsilon_rdp: float | None
-    mu: float | None
-    epsilon_gdp: float | None
-    noise_source: str = "none"      # "os_entropy" (secret), "seeded" (reproducible: the seed must stay secret)
-    history: list[dict] = field(default_factory=list)
+    plan: dict | None               # ReleasePlan.record() of a DP release (sigma, q, T, C, delta, epsilons, mu)
+    noise_source: str = "none"      # "os_entropy" (secret, never recorded) or "reproducible" (not DP)
+    history: list[dict] = field(default_factory=list)  # losses on private batches: kept with patient-level files
 
     @property
-    def epsilon(self) -> float:
-        if self.mechanism == "non_private":
-            return float("inf")
-        return self.epsilon_prv if self.epsilon_prv is not None else self.epsilon_rdp
+    def epsilon(self) -> float | None:
+        """The claimed epsilon of a DP release; None for a non-private one."""
+        return None if self.plan is None else self.plan["epsilon"]
 
     def as_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k != "history"} | {"epsilon": self.epsilon}
-
-
-def poisson_batch(n: int, sample_rate: float) -> tuple[int, float]:
-    """(expected batch, effective q) for a requested rate: batches of ceil(q n), q_eff = 1 / ceil(n / batch)."""
-    batch = max(1, math.ceil(sample_rate * n))
-    return batch, 1 / math.ceil(n / batch)
-
-
-def noise_for_budget(kind: str, value: float | None, sample_rate: float, steps: int, delta: float) -> float | None:
-    """sigma for a budget: mu-GDP (closed form), an (epsilon, delta) target (PRV and RDP calibration) or none."""
-    if kind == "mu":
-        return sigma_for_mu(value, sample_rate, steps)
-    if kind == "epsilon":
-        return calibrate_noise_multiplier(value, delta, sample_rate, steps).noise_multiplier
-    if kind == "non_private":
-        return None
-    raise ValueError(f"unknown budget kind {kind!r}")
+        return {"mechanism": self.mechanism, "noise_source": self.noise_source, **(self.plan or {}),
+                "epsilon": self.epsilon}
 
 
 def _nll(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -105,78 +86,74 @@ def _plain_steps(flow, x, hp, optimizer):
             yield float(loss.detach()), len(idx)
 
 
-def _masked_steps(flow, x, hp, optimizer, sample_rate: float, noise_multiplier: float, noise_seed: int):
+def _masked_steps(flow, x, optimizer, plan: ReleasePlan, noise: NoiseSource):
     """DP-SGD by ghost clipping (:mod:`models.masked_clipping`): Poisson batches, clipped sum, N(0, sigma^2 C^2)."""
-    sampler = torch.Generator().manual_seed(noise_seed + 1)
-    noise = torch.Generator(device=x.device).manual_seed(noise_seed)
-    expected = sample_rate * len(x)
+    sampler = noise.torch_generator("sampling")
+    generator = noise.torch_generator("noise", x.device)
+    expected = plan.sample_rate * len(x)
+    std = plan.noise_multiplier * plan.max_grad_norm
     while True:
-        xb = x[(torch.rand(len(x), generator=sampler) < sample_rate).to(x.device)]
-        losses, _, sums = clipped_gradient_sum(flow, _nll, xb, hp.max_grad_norm)
+        xb = x[(torch.rand(len(x), generator=sampler) < plan.sample_rate).to(x.device)]
+        losses, _, sums = clipped_gradient_sum(flow, _nll, xb, plan.max_grad_norm)
         for p, total in sums.items():
-            z = torch.randn(total.shape, generator=noise, device=total.device, dtype=total.dtype)
-            p.grad = (total + noise_multiplier * hp.max_grad_norm * z) / expected
+            p.grad = (total + gaussian_noise(total.shape, std, generator, total.device, total.dtype)) / expected
         optimizer.step()
         yield float(losses.mean()) if len(xb) else 0.0, len(xb)
 
 
-def _opacus_steps(flow, x, hp, optimizer, noise_multiplier: float, mode: str, noise_seed: int):
+def _opacus_steps(flow, x, optimizer, plan: ReleasePlan, noise: NoiseSource, mode: str, accounted: list):
     """DP-SGD by Opacus's PrivacyEngine (per-sample gradients by hooks or functorch)."""
-    loader = DataLoader(TensorDataset(x.cpu()), batch_size=hp.batch_size)
-    _, model, optimizer, loader = make_private_poisson(flow, optimizer, loader, noise_multiplier, hp.max_grad_norm,
-                                                       noise_seed - 1, mode)
+    loader = DataLoader(TensorDataset(x.cpu()), batch_size=plan.expected_batch)
+    engine, model, optimizer, loader = make_private_poisson(flow, optimizer, loader, plan, noise, mode)
+    accounted.append(engine)
     warnings.filterwarnings("ignore", message="Full backward hook is firing")  # inputs need no grad: harmless
-    while True:
-        for (xb,) in loader:
-            xb = xb.to(x.device)
-            optimizer.zero_grad(set_to_none=True)
-            log_p = model(xb)
-            loss = -log_p.mean() if len(xb) else log_p.sum() * 0.0  # an empty Poisson batch still steps (noise)
-            loss.backward()
-            optimizer.step()
-            yield float(loss.detach()), len(xb)
+    for (xb,) in endless(loader):
+        xb = xb.to(x.device)
+        optimizer.zero_grad(set_to_none=True)
+        log_p = model(xb)
+        loss = -log_p.mean() if len(xb) else log_p.sum() * 0.0  # an empty Poisson batch still steps (noise)
+        loss.backward()
+        optimizer.step()
+        yield float(loss.detach()), len(xb)
 
 
 def train_density(flow: nn.Module, x: torch.Tensor, hp: DensityHyperparameters = DensityHyperparameters(),
-                  noise_multiplier: float | None = None, delta: float = 1e-5,
-                  grad_sample_mode: str = "masked", log_every: int = 100, progress=None,
-                  noise_seed: int | None = None) -> DensityRelease:
-    """Fit ``flow`` (with ``log_prob``) to the rows of ``x`` in place; DP-SGD unless noise_multiplier is None.
+                  plan: ReleasePlan | None = None, noise: NoiseSource | None = None,
+                  grad_sample_mode: str = "masked", log_every: int = 100, progress=None) -> DensityRelease:
+    """Fit ``flow`` (with ``log_prob``) to the rows of ``x`` in place: DP-SGD by ``plan``, or non-private if None.
 
     ``grad_sample_mode``: "masked" (ghost clipping; every trainable parameter must sit in a masked
     linear layer) or an Opacus mode, "hooks" or "functorch". All three clip, noise and sample alike.
-    ``progress(done, total)``, if given, is called every ``log_every`` steps. The noise and the Poisson
-    sampling draw from generators seeded by OS entropy unless ``noise_seed`` is given (reproducible
-    runs; the guarantee then rests on that seed staying secret, so it is never recorded).
+    ``noise`` (default: OS entropy) gives the DP noise and Poisson sampling. ``progress(done, total)``,
+    if given, is called every ``log_every`` steps.
     """
     n = len(x)
-    hp = replace(hp, batch_size=min(hp.batch_size, n))
-    sample_rate = 1 / math.ceil(n / hp.batch_size)  # Opacus's q for this batch size, used by every path
     flow.train()
     optimizer = torch.optim.Adam([p for p in flow.parameters() if p.requires_grad], lr=hp.learning_rate)
-    source = "seeded" if noise_seed is not None else "os_entropy"
-    noise_seed = noise_seed if noise_seed is not None else secrets.randbits(62)
-    if noise_multiplier is None:
-        steps = _plain_steps(flow, x, hp, optimizer)
-    elif grad_sample_mode == "masked":
-        steps = _masked_steps(flow, x, hp, optimizer, sample_rate, noise_multiplier, noise_seed)
+    accounted: list = []
+    if plan is None:
+        hp = replace(hp, batch_size=min(hp.batch_size, n))
+        total_steps, steps = hp.steps, _plain_steps(flow, x, hp, optimizer)
     else:
-        steps = _opacus_steps(flow, x, hp, optimizer, noise_multiplier, grad_sample_mode, noise_seed)
+        if plan.n != n:
+            raise ValueError(f"the plan is for {plan.n} records, the data has {n}")
+        noise = noise if noise is not None else NoiseSource.secret()
+        total_steps = plan.steps
+        steps = (_masked_steps(flow, x, optimizer, plan, noise) if grad_sample_mode == "masked"
+                 else _opacus_steps(flow, x, optimizer, plan, noise, grad_sample_mode, accounted))
     history, total, seen = [], 0.0, 0
-    for step, (loss, size) in zip(range(1, hp.steps + 1), steps):
+    for step, (loss, size) in zip(range(1, total_steps + 1), steps):
         total, seen = total + loss * size, seen + size
-        if step % log_every == 0 or step == hp.steps:
+        if step % log_every == 0 or step == total_steps:
             history.append({"step": step, "train_nll": total / max(seen, 1)})
             total, seen = 0.0, 0
             if progress is not None:
-                progress(step, hp.steps)
-    if noise_multiplier is None:
-        return DensityRelease("non_private", None, sample_rate, hp.steps, None, None, None, None, None, None,
-                              "none", history)
-    spent = epsilon_spent(noise_multiplier, sample_rate, hp.steps, delta)
-    mu = gdp_mu(noise_multiplier, sample_rate, hp.steps)
-    return DensityRelease("dp_sgd", noise_multiplier, sample_rate, hp.steps, hp.max_grad_norm, delta,
-                          spent.epsilon_prv, spent.epsilon_rdp, mu, gdp_epsilon(mu, delta), source, history)
+                progress(step, total_steps)
+    if plan is None:
+        return DensityRelease("non_private", None, "none", history)
+    if accounted:
+        check_accounted(accounted[0], plan)
+    return DensityRelease("dp_sgd", plan.record(), noise.kind, history)
 
 
 @torch.no_grad()

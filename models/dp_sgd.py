@@ -1,23 +1,31 @@
-"""DP-SGD (Abadi et al., CCS 2016) with Opacus: per-sample clipping, Gaussian noise, Poisson sampling.
+"""DP-SGD (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016) with Opacus.
 
-Each step samples every training example independently with probability q, clips each per-sample
-gradient g_i to norm C, and updates with
+Each of the plan's T steps samples every training example independently with probability q,
+clips each per-sample gradient g_i to norm C, and updates with
 
     g = (sum_i g_i * min(1, C / ||g_i||) + N(0, sigma^2 C^2 I)) / (q n)
 
-(mean loss reduction over the *expected* batch size q n). sigma is calibrated before training so that
-T = epochs * (1/q) steps are (epsilon, delta)-DP under both the PRV and RDP accountants
-(:mod:`models.privacy_accounting`). Weight decay is decoupled (AdamW): it only reads the current
-parameters, so it is post-processing and costs no privacy; a penalty added to the loss would never
-reach Opacus's per-sample gradients. No early stopping on dev: the model after the accounted T
-steps is released. The noise comes from a seeded torch generator (reproducible runs), not a
-cryptographically secure one: Opacus's ``secure_mode`` needs torchcsprng, which is not installed. What the guarantee covers: the training examples given here. What it does not:
-feature statistics fitted on the same private data, and any hyperparameter tuning on dev.
+(mean loss reduction over the *expected* batch size q n). sigma, q and T come from the release's
+:class:`~models.release_plan.ReleasePlan`, calibrated before training so that the T steps are
+(epsilon, delta)-DP under PRV and RDP (PLD alongside); the trainer takes exactly T steps and checks
+that Opacus's sampler drew at rate q and its optimizer noised T steps at sigma. (Opacus itself would
+take int(1/q) steps an epoch, one fewer than ceil(n/b) for some n, e.g. 92 for 93 batches, and
+books q as 1/int(1/q): the plan's rate and steps are what actually happens here.) Weight decay is decoupled (AdamW): it only
+reads the current parameters, so it is post-processing and costs no privacy; a penalty added to the
+loss would never reach Opacus's per-sample gradients. No early stopping on dev: the model after
+the T steps is released.
+
+Randomness: the Poisson sampling and the noise come from the release's
+:class:`~models.randomness.NoiseSource` (OS entropy unless reproducible noise was asked for), and
+the noise is drawn as Opacus's ``secure_mode`` draws it (four Gaussians summed, robust to the
+floating-point attack); torchcsprng, the other half of ``secure_mode``, does not exist for torch 2.x.
+What the guarantee covers: the training examples given here. What it does not: feature statistics
+fitted on the same private data, and any hyperparameter tuning on dev.
 """
 
 from __future__ import annotations
 
-import math
+import itertools
 import warnings
 from dataclasses import dataclass, field
 
@@ -28,82 +36,93 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import models.grad_samplers  # noqa: F401  (registers Opacus rules for privehr's layers)
 from models.losses import binary_loss
-from models.privacy_accounting import PrivacySpend, calibrate_noise_multiplier, epsilon_spent
+from models.randomness import NoiseSource
+from models.release_plan import ReleasePlan
 
-__all__ = ["DPSGDHyperparameters", "DPSGDResult", "train_dp_sgd", "poisson_schedule", "make_private_poisson"]
+__all__ = ["DPSGDHyperparameters", "DPSGDResult", "train_dp_sgd", "make_private_poisson", "check_accounted"]
 
 
 @dataclass(frozen=True)
 class DPSGDHyperparameters:
+    """What the optimiser does with the privatised gradient; the privacy side (b, epochs, C) is the plan's."""
+
     learning_rate: float = 1e-2
     weight_decay: float = 0.0
-    batch_size: int = 128          # expected batch size q * n
-    epochs: int = 10
-    max_grad_norm: float = 1.0
-    seed: int = 0
 
 
 @dataclass
 class DPSGDResult:
-    privacy: PrivacySpend
-    history: list[dict] = field(default_factory=list)
-
-
-def poisson_schedule(n: int, batch_size: int, epochs: int) -> tuple[float, int]:
-    """(q, T): Opacus samples with q = 1 / (batches per epoch) and takes that many steps per epoch."""
-    batches = math.ceil(n / min(batch_size, n))
-    return 1 / batches, epochs * batches
+    plan: ReleasePlan
+    noise_source: str
+    history: list[dict] = field(default_factory=list)  # losses on private batches: never written out
 
 
 def make_private_poisson(model: nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
-                         noise_multiplier: float, max_grad_norm: float, seed: int, grad_sample_mode: str = "hooks"):
-    """Opacus's PrivacyEngine over ``loader`` with Poisson sampling and seeded generators.
+                         plan: ReleasePlan, noise: NoiseSource, grad_sample_mode: str = "hooks"):
+    """Opacus's PrivacyEngine over ``loader`` with Poisson sampling at ``plan``'s q and sigma.
 
-    Returns (engine, private module, DP optimizer, Poisson loader). The noise generator (seed + 1)
-    and the sampler's generator (seed + 2) are private to the run, so concurrent runs in one
-    process stay reproducible instead of sharing torch's global RNG.
+    Returns (engine, private module, DP optimizer, Poisson loader). The sampler's and the noise's
+    generators come from ``noise`` (private to the release, so concurrent releases in one process
+    never share torch's global generator); the optimizer draws its noise in Opacus's secure mode.
     """
     device = next(p for p in model.parameters() if p.requires_grad).device
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Ss]ecure RNG.*")  # secure_mode needs torchcsprng
+        warnings.filterwarnings("ignore", message=".*[Ss]ecure RNG.*")  # secure_mode's torchcsprng: not for torch 2
         engine = PrivacyEngine(accountant="prv")
-        engine.secure_rng = torch.Generator().manual_seed(seed + 2)  # handed to the Poisson sampler
+        engine.secure_rng = noise.torch_generator("sampling")  # handed to the Poisson sampler
         private, optimizer, private_loader = engine.make_private(
-            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=noise_multiplier,
-            max_grad_norm=max_grad_norm, poisson_sampling=True, grad_sample_mode=grad_sample_mode,
-            noise_generator=torch.Generator(device=device).manual_seed(seed + 1))
+            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=plan.noise_multiplier,
+            max_grad_norm=plan.max_grad_norm, poisson_sampling=True, grad_sample_mode=grad_sample_mode,
+            noise_generator=noise.torch_generator("noise", device))
+    optimizer.secure_mode = True  # four Gaussians per coordinate (Opacus's floating-point mitigation)
+    if abs(private_loader.sample_rate - plan.sample_rate) > 1e-12:
+        raise RuntimeError(f"Opacus samples at q = {private_loader.sample_rate}, the plan at {plan.sample_rate}")
     return engine, private, optimizer, private_loader
 
 
-def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: torch.Tensor,
-                 hp: DPSGDHyperparameters, target_epsilon: float, delta: float = 1e-5,
-                 loss: str = "bce", grad_sample_mode: str = "hooks", progress=None) -> tuple[nn.Module, DPSGDResult]:
-    """Train ``model`` privately; return the trained (unwrapped) module and the privacy spent.
+def check_accounted(engine: PrivacyEngine, plan: ReleasePlan) -> None:
+    """Raise unless the optimizer took exactly the plan's T noised steps at sigma (its accountant's book;
+    the sampling rate is checked on the sampler itself in :func:`make_private_poisson`)."""
+    history = engine.accountant.history
+    taken = sum(h[2] for h in history)
+    if any(s != plan.noise_multiplier for s, _, _ in history) or taken != plan.steps:
+        raise RuntimeError(f"the accountant saw {history}, the plan was ({plan.noise_multiplier}, "
+                           f"{plan.sample_rate}, {plan.steps})")
 
-    ``progress(done, total)``, if given, is called after every epoch.
-    ``x_train`` are the model's positional inputs (batch first). The returned epsilon is computed
-    from the steps actually taken; it never exceeds ``target_epsilon``.
+
+def endless(loader: DataLoader):
+    """The loader's batches, epoch after epoch (the trainer stops after exactly T of them)."""
+    while True:
+        yield from loader
+
+
+def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: torch.Tensor,
+                 hp: DPSGDHyperparameters, plan: ReleasePlan, noise: NoiseSource, loss: str = "bce",
+                 grad_sample_mode: str = "hooks", progress=None) -> tuple[nn.Module, DPSGDResult]:
+    """Train ``model`` privately for exactly ``plan.steps`` steps; return the (unwrapped) module and the result.
+
+    ``x_train`` are the model's positional inputs (batch first); ``len(y_train)`` must be the plan's n.
+    ``progress(done, total)``, if given, is called after every epoch of ``plan.steps_per_epoch`` steps.
     """
     x_train = x_train if isinstance(x_train, tuple) else (x_train,)
-    n = len(y_train)
+    if len(y_train) != plan.n:
+        raise ValueError(f"the plan is for {plan.n} records, the data has {len(y_train)}")
     device = y_train.device
-    generator = torch.Generator().manual_seed(hp.seed)
-    loader = DataLoader(TensorDataset(*[t.cpu() for t in x_train], y_train.cpu()),
-                        batch_size=min(hp.batch_size, n), generator=generator)
-    sample_rate, steps = poisson_schedule(n, hp.batch_size, hp.epochs)  # = 1 / len(loader), epochs * len(loader)
-    calibrated = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, steps)
-
+    loader = DataLoader(TensorDataset(*[t.cpu() for t in x_train], y_train.cpu()), batch_size=plan.expected_batch)
     model.train()  # Opacus validates the module in training mode
     optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
-    engine, private, optimizer, private_loader = make_private_poisson(
-        model, optimizer, loader, calibrated.noise_multiplier, hp.max_grad_norm, hp.seed, grad_sample_mode)
+    engine, private, optimizer, private_loader = make_private_poisson(model, optimizer, loader, plan, noise,
+                                                                      grad_sample_mode)
     loss_fn = binary_loss(loss)
     history = []
+    epochs = -(-plan.steps // plan.steps_per_epoch)
     warnings.filterwarnings("ignore", message="Full backward hook is firing")  # inputs need no grad: harmless
-    for epoch in range(1, hp.epochs + 1):
-        private.train()
+    batches = endless(private_loader)
+    private.train()
+    for epoch in range(1, epochs + 1):
         total, seen, empty = 0.0, 0, 0
-        for *inputs, target in private_loader:
+        todo = min(plan.steps_per_epoch, plan.steps - (epoch - 1) * plan.steps_per_epoch)
+        for *inputs, target in itertools.islice(batches, todo):
             inputs = [t.to(device) for t in inputs]
             target = target.to(device)
             optimizer.zero_grad(set_to_none=True)
@@ -116,8 +135,6 @@ def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: t
             empty += len(target) == 0
         history.append({"epoch": epoch, "train_loss": total / max(seen, 1), "examples": seen, "empty_batches": empty})
         if progress is not None:
-            progress(epoch, hp.epochs)
-    sigma, q, taken = engine.accountant.history[0] if len(engine.accountant.history) == 1 else (
-        calibrated.noise_multiplier, sample_rate, sum(h[2] for h in engine.accountant.history))
-    spent = epsilon_spent(sigma, q, taken, delta, target_epsilon)
-    return private._module, DPSGDResult(privacy=spent, history=history)
+            progress(epoch, epochs)
+    check_accounted(engine, plan)
+    return private._module, DPSGDResult(plan=plan, noise_source=noise.kind, history=history)

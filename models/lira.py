@@ -25,11 +25,12 @@ from sklearn.metrics import roc_auc_score, roc_curve
 __all__ = ["shadow_membership", "logit_confidence", "lira_scores", "roc_summary", "leave_one_out", "AttackROC"]
 
 
-def shadow_membership(n_shadows: int, n_examples: int, seed: int = 0) -> np.ndarray:
-    """(S, N) boolean: every example IN for exactly S/2 shadows (S even)."""
+def shadow_membership(n_shadows: int, n_examples: int, seed: np.random.Generator | int = 0) -> np.ndarray:
+    """(S, N) boolean: every example IN for exactly S/2 shadows (S even); ``seed`` a generator or an int."""
     if n_shadows < 2 or n_shadows % 2:
         raise ValueError("the number of shadows must be even and at least 2")
-    order = np.random.default_rng(seed).random((n_shadows, n_examples)).argsort(0)
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    order = rng.random((n_shadows, n_examples)).argsort(0)
     return order < n_shadows // 2
 
 

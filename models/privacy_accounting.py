@@ -1,17 +1,27 @@
-"""Privacy accounting of DP-SGD with Poisson subsampling (Opacus accountants).
+"""Privacy accounting of Poisson-subsampled Gaussian mechanisms (DP-SGD, DP-NF): three accountants.
 
-A run of T steps with sampling rate q and noise multiplier sigma is (epsilon, delta)-DP with
-epsilon from the PRV accountant (Gopi, Lee, Wutschitz 2021; numerically tight, reported as the
-claim) and from the RDP accountant (Mironov 2017; an upper bound, reported alongside). The noise
-multiplier is calibrated so that *both* accountants give epsilon <= the target. RDP uses orders up to
-2^14: with Opacus's default orders (<= 63) it cannot certify epsilon below log(1/delta)/62 (0.19 at
-delta = 1e-5) at any sigma, and even with these orders it stops near 4e-3 at delta = 1e-5. Below that
-floor the claim rests on PRV alone and the RDP value (above the target) is still reported. Where an
-accountant cannot give a value at all, it is reported as None.
+A run of T steps with sampling rate q and noise multiplier sigma (a *history* [(sigma, q, T), ...]
+for heterogeneous compositions) is (epsilon, delta)-DP under add/remove-one neighbours with epsilon
+from three independent implementations:
+
+* **PRV** (Gopi, Lee, Wutschitz, "Numerical Composition of Differential Privacy", NeurIPS 2021;
+  Opacus): numerically tight; Opacus returns the *upper* end of an estimate accurate to
+  ``eps_error``. This is the claimed epsilon.
+* **RDP** (Mironov, "Renyi Differential Privacy", CSF 2017; Opacus): an upper bound, usually
+  looser. Orders up to 2^14: with Opacus's default orders (<= 63) it cannot certify epsilon below
+  log(1/delta)/62 (0.19 at delta = 1e-5), and even with these it stops near 4e-3.
+* **PLD** (Koskela, Jalko, Honkela 2020; Doroshenko, Ghazi, Kamath, Kumar, Manurangsi, "Connect
+  the Dots", PETS 2022; Google's ``dp-accounting``): a pessimistic discretisation, an upper bound;
+  its optimistic twin is a lower bound, so [lower, upper] brackets the true epsilon.
+
+One rule names the claim: PRV where it could be computed, else RDP (:attr:`PrivacySpend.epsilon`).
+The noise multiplier is calibrated so that PRV and RDP both stay at or below the target (PRV alone
+below RDP's floor). An accountant that cannot give a value is reported as None.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from dataclasses import asdict, dataclass
@@ -20,15 +30,22 @@ from functools import lru_cache
 from opacus.accountants import PRVAccountant, RDPAccountant
 from opacus.accountants.utils import get_noise_multiplier
 
-__all__ = ["PrivacySpend", "calibrate_noise_multiplier", "epsilon_spent", "prv_epsilon", "RDP_ORDERS"]
+__all__ = ["PrivacySpend", "calibrate_noise_multiplier", "epsilon_spent", "prv_epsilon", "rdp_epsilon",
+           "pld_epsilon", "compose_history", "check_target_epsilon", "RDP_ORDERS", "PLD_INTERVAL", "prv_error"]
 
 PRV_MAX_POINTS = 2_000_000  # PRV's discretisation grid: 2 L / mesh points, several float64 arrays each
+PLD_INTERVAL = 1e-4         # PLD's discretisation of the privacy loss (dp-accounting's default)
+PLD_MAX_POINTS = 1_000_000  # PLD's grid over the composed loss: the interval widens beyond epsilon / this
 
 RDP_ORDERS = RDPAccountant.DEFAULT_ALPHAS + [2.0 ** k for k in range(7, 15)]
+
+History = list[tuple[float, float, int]]
 
 
 @dataclass(frozen=True)
 class PrivacySpend:
+    """epsilon at ``delta`` of T Poisson-subsampled Gaussian steps (sigma, q), from every accountant."""
+
     noise_multiplier: float
     sample_rate: float
     steps: int
@@ -36,17 +53,36 @@ class PrivacySpend:
     epsilon_prv: float | None
     epsilon_rdp: float | None
     target_epsilon: float | None = None
+    epsilon_pld: float | None = None        # pessimistic PLD: an upper bound
+    epsilon_pld_lower: float | None = None  # optimistic PLD: a lower bound on the true epsilon
+    prv_eps_error: float | None = None      # PRV's estimate is within this of the truth (it reports the upper end)
+
+    @property
+    def accountant(self) -> str:
+        """The accountant of the claim: PRV where it could be computed, else RDP."""
+        if self.epsilon_prv is None and self.epsilon_rdp is None:
+            raise RuntimeError("no accountant could compute epsilon")
+        return "prv" if self.epsilon_prv is not None else "rdp"
 
     @property
     def epsilon(self) -> float:
-        """The claimed epsilon: PRV where it could be computed, else RDP."""
-        if self.epsilon_prv is None and self.epsilon_rdp is None:
-            raise RuntimeError("no accountant could compute epsilon")
-        return self.epsilon_prv if self.epsilon_prv is not None else self.epsilon_rdp
+        """The claimed epsilon (see :attr:`accountant`)."""
+        return self.epsilon_prv if self.accountant == "prv" else self.epsilon_rdp
 
     def as_dict(self) -> dict:
-        return asdict(self) | {"epsilon": self.epsilon, "accountant": "prv" if self.epsilon_prv is not None
-                               else "rdp"}
+        return asdict(self) | {"epsilon": self.epsilon, "accountant": self.accountant}
+
+
+def check_target_epsilon(target_epsilon) -> float:
+    """A target epsilon must be a finite positive number: ``inf`` is no privacy, not a budget."""
+    try:
+        value = float(target_epsilon)
+    except (TypeError, ValueError):
+        raise ValueError(f"target epsilon {target_epsilon!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"target epsilon must be a finite positive number, got {target_epsilon!r}; "
+                         "train without privacy with the non_private method instead")
+    return value
 
 
 def _tolerance(target: float) -> float:
@@ -54,15 +90,26 @@ def _tolerance(target: float) -> float:
     return max(min(0.01, target / 100), 1e-8)
 
 
-def _prv_error(target: float) -> float:
+def prv_error(target: float) -> float:
     """PRV's eps_error: it returns the *upper* end of its estimate, so a coarser error only spends less
     of the budget; 10 % of the target keeps calibrations at epsilon <= 1e-3 to seconds per evaluation."""
     return max(min(0.01, target / 10), 1e-8)
 
 
-def prv_epsilon(history: list[tuple[float, float, int]], delta: float, eps_error: float,
-                epsilon_rdp: float) -> float | None:
-    """PRV's epsilon for a (heterogeneous) history of (sigma, q, steps), or None where it cannot be had.
+def rdp_epsilon(history: History, delta: float) -> float:
+    """RDP's epsilon; the large orders are tried where Opacus's optimum sits at its largest order."""
+    rdp = RDPAccountant()
+    rdp.history = list(history)
+    with warnings.catch_warnings():  # "optimal order is the largest alpha": still a valid upper bound
+        warnings.simplefilter("ignore", UserWarning)
+        eps, order = rdp.get_privacy_spent(delta=delta)
+        if order >= max(RDPAccountant.DEFAULT_ALPHAS):
+            eps = min(eps, rdp.get_epsilon(delta, alphas=RDP_ORDERS))
+    return float(eps)
+
+
+def prv_epsilon(history: History, delta: float, eps_error: float, epsilon_rdp: float) -> float | None:
+    """PRV's epsilon for a (heterogeneous) history, or None where it cannot be had.
 
     PRV discretises the privacy loss on a grid of about 2 L / mesh points, L >= the composed epsilon
     (estimated by RDP's) and mesh = eps_error / sqrt(N log(12 / delta_error) / 2) for N steps in all:
@@ -88,23 +135,79 @@ def prv_epsilon(history: list[tuple[float, float, int]], delta: float, eps_error
         return None
 
 
+def pld_epsilon(history: History, delta: float, pessimistic: bool = True,
+                epsilon_rdp: float | None = None) -> float | None:
+    """PLD's epsilon (dp-accounting): an upper bound when ``pessimistic``, else a lower bound; None on failure.
+
+    Each distinct (sigma, q) is discretised once and self-composed T times; distinct ones compose by
+    convolution. Add/remove-one neighbours, as PRV and RDP. The loss is discretised every
+    PLD_INTERVAL, widened to keep about epsilon / interval <= PLD_MAX_POINTS (epsilon estimated by
+    RDP's): a coarser grid stays a valid bound, and absurd budgets (epsilon in the thousands) would
+    otherwise take gigabytes.
+    """
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    epsilon_rdp = rdp_epsilon(history, delta) if epsilon_rdp is None else epsilon_rdp
+    interval = max(PLD_INTERVAL, epsilon_rdp / PLD_MAX_POINTS)
+    total = None
+    try:
+        for sigma, q, steps in history:
+            one = pld.from_gaussian_mechanism(standard_deviation=sigma, sensitivity=1.0, sampling_prob=q,
+                                              pessimistic_estimate=pessimistic, value_discretization_interval=interval,
+                                              use_connect_dots=pessimistic).self_compose(int(steps))
+            total = one if total is None else total.compose(one)
+        return None if total is None else float(total.get_epsilon_for_delta(delta))
+    except (ValueError, RuntimeError, OverflowError, MemoryError):
+        return None
+
+
+@dataclass(frozen=True)
+class Composition:
+    """Every accountant's epsilon of one history at one delta."""
+
+    prv: float | None
+    rdp: float
+    pld: float | None
+    pld_lower: float | None
+    prv_eps_error: float
+
+    @property
+    def claimed(self) -> float:
+        return self.prv if self.prv is not None else self.rdp
+
+
+def compose_history(history: History, delta: float, eps_error: float | None = None, bracket: bool = False) -> Composition:
+    """PRV (claim), RDP and PLD of ``history``; ``bracket`` also computes PLD's lower bound."""
+    history = [(float(s), float(q), int(t)) for s, q, t in history if t > 0]
+    if not history:
+        return Composition(0.0, 0.0, 0.0, 0.0, 0.0)
+    eps_rdp = rdp_epsilon(history, delta)
+    error = eps_error if eps_error is not None else prv_error(eps_rdp)
+    return Composition(prv_epsilon(history, delta, error, eps_rdp), eps_rdp, pld_epsilon(history, delta, True, eps_rdp),
+                       pld_epsilon(history, delta, False, eps_rdp) if bracket else None, error)
+
+
 @lru_cache(maxsize=1024)  # pure in its arguments; every run of a grid cell asks for the same (sigma, q, T, delta)
 def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
                   target_epsilon: float | None = None) -> PrivacySpend:
-    """epsilon after ``steps`` Poisson-subsampled Gaussian steps, from PRV and RDP."""
+    """epsilon after ``steps`` Poisson-subsampled Gaussian steps, from PRV, RDP and PLD (bracketed)."""
+    history = [(noise_multiplier, sample_rate, steps)]
     rdp = RDPAccountant()
-    rdp.history = [(noise_multiplier, sample_rate, steps)]
+    rdp.history = history
     with warnings.catch_warnings():  # "optimal order is the largest alpha": still a valid upper bound
         warnings.simplefilter("ignore", UserWarning)
         eps_rdp = float(rdp.get_epsilon(delta))
         if target_epsilon is None or eps_rdp > target_epsilon:  # the large orders are slower; use them if needed
             eps_rdp = min(eps_rdp, float(rdp.get_epsilon(delta, alphas=RDP_ORDERS)))
-    eps_prv = prv_epsilon([(noise_multiplier, sample_rate, steps)], delta, _prv_error(target_epsilon or eps_rdp), eps_rdp)
-    return PrivacySpend(noise_multiplier, sample_rate, steps, delta, eps_prv, eps_rdp, target_epsilon)
+    error = prv_error(target_epsilon or eps_rdp)
+    eps_prv = prv_epsilon(history, delta, error, eps_rdp)
+    return PrivacySpend(noise_multiplier, sample_rate, steps, delta, eps_prv, eps_rdp, target_epsilon,
+                        pld_epsilon(history, delta, True, eps_rdp), pld_epsilon(history, delta, False, eps_rdp), error)
 
 
 def _sigma_for(accountant: str, target_epsilon: float, delta: float, sample_rate: float, steps: int):
-    options = [{}, {"alphas": RDP_ORDERS}] if accountant == "rdp" else [{"eps_error": _prv_error(target_epsilon)}]
+    options = [{}, {"alphas": RDP_ORDERS}] if accountant == "rdp" else [{"eps_error": prv_error(target_epsilon)}]
     for extra in options:  # RDP: Opacus's orders first (fast), the large orders only where those cannot reach
         try:
             with warnings.catch_warnings():  # RDP's "largest alpha" note; PRV's log(0) at its domain edge
@@ -127,6 +230,7 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     and PRV is only evaluated there; PRV's own (slow) bisection runs only if PRV still exceeds the
     target at that sigma.
     """
+    target_epsilon = check_target_epsilon(target_epsilon)
     sigma = _sigma_for("rdp", target_epsilon, delta, sample_rate, steps)
     spend = epsilon_spent(sigma, sample_rate, steps, delta, target_epsilon) if sigma else None
     if spend is None or spend.epsilon_prv is None or spend.epsilon_prv > target_epsilon:

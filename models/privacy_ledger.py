@@ -1,103 +1,217 @@
-"""The privacy ledger: what every release from a dataset has cost, composed.
+"""The privacy ledger: what every release from a dataset has cost, composed, and never understated.
 
-Each release (a model, a synthetic dataset, a density) is one entry with its mechanism. For a
-dataset, the entries compose:
+The ledger is a list of entries per dataset. An entry is one of:
 
-* DP-SGD entries (Poisson-subsampled Gaussian, parameters sigma, q, T) compose *exactly* as one
-  heterogeneous history in the PRV accountant (claimed) and the RDP accountant (upper bound);
-* every other entry with an (epsilon, delta) guarantee composes by basic composition:
-  epsilon = sum epsilon_i, delta = sum delta_i (Dwork and Roth, Theorem 3.16);
-* the grand total adds the two parts by basic composition; the PRV-composed DP-SGD part spends
-  delta of the ledger's query, so the total delta is that plus the other entries' deltas;
-* ExpM+NF entries carry a training parameter epsilon~ but no proven guarantee: they are listed
-  and counted, never added to a guarantee;
-* non-private releases have epsilon = infinity: while one exists, the dataset has no guarantee
-  at all; the DP-only total is still shown.
+* a **reservation** (``status="reserved"``): a release a run has planned and the budget check has
+  admitted, written before any private record is touched, so a second run on the same dataset sees
+  it at once;
+* a **release** (``status="released"``): a trained model or flow, written as soon as it exists and
+  before it is saved anywhere; it settles its reservation;
+* a **void** (``status="void"``): a reservation its run gave up (a resumed run re-plans the releases
+  its crashed attempt never made). Only a reservation with no release can be voided; a release is
+  counted whatever happened to its reservation.
+
+What counts is every release plus every reservation not yet settled: a crash between the budget
+check and the end of a run leaves the reserved spend counted.
+
+Composition of what counts (one dataset, at the ledger's delta):
+
+* DP-SGD entries (Poisson-subsampled Gaussian: DP-SGD classifiers, DP-SGD search trials, DP-NF
+  flows) compose *exactly* as one heterogeneous history by PRV (claimed), RDP and PLD;
+* other (epsilon, delta)-DP entries compose by basic composition (Dwork and Roth, Theorem 3.16);
+* the DP total adds the two; its delta is the ledger's delta plus the other entries' deltas;
+* a release without a proven guarantee (non-private, ExpM+NF whose eps~ is a training parameter,
+  DP-SGD or DP-NF with reproducible noise) makes the dataset's total **not DP**; the DP-only total is
+  still shown beside it, named as such.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-import warnings
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
 
-from opacus.accountants import RDPAccountant
+from models.privacy_accounting import compose_history
 
-from models.privacy_accounting import RDP_ORDERS, prv_epsilon
+__all__ = ["LedgerEntry", "LedgerTotal", "BudgetVerdict", "compose_entries", "check_budget", "MECHANISMS",
+           "GUARANTEES", "STATUSES", "effective_entries", "dataset_id_of"]
 
-__all__ = ["LedgerEntry", "LedgerTotal", "compose_entries", "MECHANISMS"]
+MECHANISMS = ("dp_sgd", "dp", "non_private", "expm_nf")  # dp: any other (epsilon, delta)-DP release
+STATUSES = ("reserved", "released", "void")
+GUARANTEES = {  # an entry's guarantee -> how the ledger and the report name it
+    "dp": "DP",
+    "reproducible": "not DP (reproducible noise)",
+    "unproven": "not DP (ExpM+NF: eps~ is a training parameter, no guarantee is proven)",
+    "non_private": "not DP (non-private)",
+}
+_DEFAULT_GUARANTEE = {"dp_sgd": "dp", "dp": "dp", "non_private": "non_private", "expm_nf": "unproven"}
 
-MECHANISMS = ("dp_sgd", "non_private", "expm_nf", "dp")  # dp: any other (epsilon, delta)-DP release
+
+def _canonical(subject) -> str:
+    try:
+        number = float(subject)
+    except (TypeError, ValueError):
+        return str(subject).strip()
+    return str(int(number)) if math.isfinite(number) and number == int(number) else str(subject).strip()
+
+
+def dataset_id_of(subject_ids: Iterable) -> str:
+    """The default dataset id: sha256 of the sorted distinct subject ids (10005, 10005.0 and "10005" alike).
+
+    A re-export of the same patients gets the same id, whatever the file's bytes; a delivery with other
+    patients gets another (a steward who wants overlapping deliveries to share a budget assigns one id).
+
+    >>> dataset_id_of([3, 1, 2]) == dataset_id_of(["2", "3.0", 1, 1])
+    True
+    """
+    ids = sorted({_canonical(s) for s in subject_ids})
+    return "subjects-sha256:" + hashlib.sha256("\n".join(ids).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    dataset: str                # the dataset's identity (sha256 of the raw input)
-    release: str                # what was released (a model file, a synthetic table)
+    """One line of the ledger (see the module docstring for statuses and guarantees)."""
+
+    dataset: str                  # the dataset's id (steward-assigned, or sha256 of its sorted subject ids)
+    release: str                  # unique forever: <run-id>/<what>#<random token>
     mechanism: str
-    epsilon: float              # inf for non-private; epsilon~ (a training parameter) for ExpM+NF
+    epsilon: float | None = None  # claimed epsilon of a DP release; eps~ for ExpM+NF; None for non-private
     delta: float = 0.0
     noise_multiplier: float | None = None
     sample_rate: float | None = None
     steps: int | None = None
     run_id: str = ""
+    status: str = "released"
+    guarantee: str | None = None  # None: the mechanism's default (dp_sgd/dp -> dp, ...)
+    reservation: str | None = None  # a release or a void: the reservation it settles
+    what: str = ""                # "final fit", "search trial", "DP-NF flow", ...
+    created_utc: str = ""
+    epsilon_prv: float | None = None
+    epsilon_rdp: float | None = None
+    epsilon_pld: float | None = None
 
     def __post_init__(self):
         if self.mechanism not in MECHANISMS:
             raise ValueError(f"unknown mechanism {self.mechanism!r}; choose one of {MECHANISMS}")
-        if self.mechanism == "dp_sgd" and None in (self.noise_multiplier, self.sample_rate, self.steps):
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}; choose one of {STATUSES}")
+        if self.guarantee is None:
+            object.__setattr__(self, "guarantee", _DEFAULT_GUARANTEE[self.mechanism])
+        if self.guarantee not in GUARANTEES:
+            raise ValueError(f"unknown guarantee {self.guarantee!r}; choose one of {sorted(GUARANTEES)}")
+        if self.epsilon is not None and not math.isfinite(self.epsilon):  # old ledgers wrote Infinity
+            object.__setattr__(self, "epsilon", None)
+        if self.status != "void" and self.mechanism == "dp_sgd" and None in (
+                self.noise_multiplier, self.sample_rate, self.steps):
             raise ValueError("a dp_sgd entry needs noise_multiplier, sample_rate and steps")
+        if self.status != "void" and self.guarantee == "dp" and self.mechanism == "dp" and self.epsilon is None:
+            raise ValueError("a DP entry needs its epsilon")
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "LedgerEntry":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def effective_entries(entries: list[LedgerEntry]) -> list[LedgerEntry]:
+    """What counts: every release, and every reservation no release or void has settled."""
+    settled = {e.reservation for e in entries if e.status != "reserved" and e.reservation}
+    return [e for e in entries if e.status == "released" or (e.status == "reserved" and e.release not in settled)]
 
 
 @dataclass
 class LedgerTotal:
+    """The composed cost of one dataset's releases (see :func:`compose_entries`)."""
+
     dataset: str
-    releases: int
+    releases: int                       # released entries
+    pending: int                        # reservations not yet settled (counted)
     delta: float
-    epsilon: float                      # the guarantee of everything released (inf if a non-private release)
-    epsilon_dp: float                   # the guarantee of the DP releases alone
-    epsilon_dp_sgd_prv: float | None
-    epsilon_dp_sgd_rdp: float | None
+    dp: bool                            # False once any counted entry has no proven guarantee
+    epsilon: float | None               # the dataset's guarantee: epsilon_dp if dp, else None ("not DP")
+    epsilon_dp: float                   # the guarantee of the DP entries alone (claim: PRV, else RDP)
+    epsilon_dp_prv: float | None
+    epsilon_dp_rdp: float
+    epsilon_dp_pld: float | None
     epsilon_other_basic: float
     delta_other: float
-    counts: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)     # counted entries by mechanism
+    not_dp: dict = field(default_factory=dict)     # counted entries without a guarantee, by label
     unproven_epsilon_tilde: list = field(default_factory=list)
 
+    @property
+    def guarantee(self) -> str:
+        return f"DP: epsilon {self.epsilon_dp:.4g} at delta {self.delta:.2g}" if self.dp else "not DP"
 
-def _compose_dp_sgd(entries: list[LedgerEntry], delta: float) -> tuple[float | None, float | None]:
-    if not entries:
-        return 0.0, 0.0
-    steps: dict[tuple[float, float], int] = {}
-    for e in entries:  # T1 steps then T2 steps of one mechanism are T1 + T2 steps of it
-        steps[(e.noise_multiplier, e.sample_rate)] = steps.get((e.noise_multiplier, e.sample_rate), 0) + e.steps
-    history = [(sigma, q, t) for (sigma, q), t in steps.items()]
-    rdp = RDPAccountant()
-    rdp.history = list(history)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        eps_rdp, order = rdp.get_privacy_spent(delta=delta)
-        if order >= max(RDPAccountant.DEFAULT_ALPHAS):  # the optimum lies beyond Opacus's orders (small epsilon)
-            eps_rdp = min(eps_rdp, rdp.get_epsilon(delta, alphas=RDP_ORDERS))
-    eps_rdp = float(eps_rdp)
-    return prv_epsilon(history, delta, 0.01, eps_rdp), eps_rdp
+    def as_dict(self) -> dict:
+        return asdict(self) | {"guarantee": self.guarantee}
 
 
 def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5) -> LedgerTotal:
-    """Compose the entries of one dataset; ``delta`` is what the DP-SGD part may spend."""
+    """Compose what counts of one dataset; ``delta`` is what the DP-SGD part spends."""
     datasets = {e.dataset for e in entries}
     if len(datasets) > 1:
         raise ValueError("compose one dataset at a time")
-    by = {m: [e for e in entries if e.mechanism == m] for m in MECHANISMS}
-    eps_prv, eps_rdp = _compose_dp_sgd(by["dp_sgd"], delta)
-    dp_sgd_part = eps_prv if eps_prv is not None else eps_rdp
-    eps_other = sum(e.epsilon for e in by["dp"])
-    delta_other = sum(e.delta for e in by["dp"])
-    epsilon_dp = dp_sgd_part + eps_other
+    counted = effective_entries(entries)
+    dp = [e for e in counted if e.guarantee == "dp"]
+    steps: dict[tuple[float, float], int] = {}
+    for e in dp:
+        if e.mechanism == "dp_sgd":  # T1 steps then T2 steps of one mechanism are T1 + T2 steps of it
+            steps[(e.noise_multiplier, e.sample_rate)] = steps.get((e.noise_multiplier, e.sample_rate), 0) + e.steps
+    history = [(sigma, q, t) for (sigma, q), t in steps.items()]
+    c = compose_history(history, delta, eps_error=0.01)
+    other = [e for e in dp if e.mechanism != "dp_sgd"]
+    eps_other, delta_other = sum(e.epsilon for e in other), sum(e.delta for e in other)
+    not_dp: dict[str, int] = {}
+    for e in counted:
+        if e.guarantee != "dp":
+            not_dp[GUARANTEES[e.guarantee]] = not_dp.get(GUARANTEES[e.guarantee], 0) + 1
+    epsilon_dp = c.claimed + eps_other
+    counts: dict[str, int] = {}
+    for e in counted:
+        counts[e.mechanism] = counts.get(e.mechanism, 0) + 1
     return LedgerTotal(
-        dataset=next(iter(datasets), ""), releases=len(entries),
-        delta=(delta if by["dp_sgd"] else 0.0) + delta_other,
-        epsilon=math.inf if by["non_private"] else epsilon_dp, epsilon_dp=epsilon_dp,
-        epsilon_dp_sgd_prv=eps_prv if by["dp_sgd"] else None, epsilon_dp_sgd_rdp=eps_rdp if by["dp_sgd"] else None,
-        epsilon_other_basic=eps_other, delta_other=delta_other,
-        counts={m: len(v) for m, v in by.items() if v},
-        unproven_epsilon_tilde=[e.epsilon for e in by["expm_nf"]])
+        dataset=next(iter(datasets), ""), releases=sum(e.status == "released" for e in counted),
+        pending=sum(e.status == "reserved" for e in counted),
+        delta=(delta if history else 0.0) + delta_other, dp=not not_dp,
+        epsilon=None if not_dp else epsilon_dp, epsilon_dp=epsilon_dp,
+        epsilon_dp_prv=None if c.prv is None else c.prv + eps_other, epsilon_dp_rdp=c.rdp + eps_other,
+        epsilon_dp_pld=None if c.pld is None else c.pld + eps_other,
+        epsilon_other_basic=eps_other, delta_other=delta_other, counts=counts, not_dp=not_dp,
+        unproven_epsilon_tilde=[e.epsilon for e in counted if e.mechanism == "expm_nf"])
+
+
+@dataclass(frozen=True)
+class BudgetVerdict:
+    """A budget check: the dataset before and after the planned entries, and whether it is refused."""
+
+    before: LedgerTotal
+    after: LedgerTotal
+    budget_epsilon: float | None
+    refused: bool
+    reason: str
+
+
+def check_budget(existing: list[LedgerEntry], planned: list[LedgerEntry], budget_epsilon: float | None,
+                 delta: float) -> BudgetVerdict:
+    """Compose ``existing + planned``; refuse when a budget is set and the dataset would be not DP or above it.
+
+    Every kind of entry counts: a non-private, ExpM+NF or reproducible-noise entry has no finite
+    epsilon, so under a budget it is refused like any release that would exceed it.
+    """
+    before, after = compose_entries(existing, delta), compose_entries(existing + planned, delta)
+    if budget_epsilon is None:
+        return BudgetVerdict(before, after, None, False, "no budget set")
+    if not after.dp:
+        kinds = ", ".join(f"{n} {label}" for label, n in after.not_dp.items())
+        return BudgetVerdict(before, after, budget_epsilon, True,
+                             f"releases without a DP guarantee have no finite epsilon to fit a budget ({kinds})")
+    if after.epsilon_dp > budget_epsilon:
+        return BudgetVerdict(before, after, budget_epsilon, True,
+                             f"its DP epsilon would rise from {before.epsilon_dp:.4g} to {after.epsilon_dp:.4g} "
+                             f"(delta {after.delta:.2g}), above the budget {budget_epsilon:g}")
+    return BudgetVerdict(before, after, budget_epsilon, False, "within the budget")

@@ -1,7 +1,8 @@
 """Summaries of a training grid: medians over seeds, as seed 000 reports them.
 
 For each (label, model, method, loss, target epsilon) the test AUROC and AUPRC are the medians over
-seeds; the spent epsilon is the largest over seeds. The non-private baseline of a (label, model) is
+seeds; the spent epsilon is the largest over seeds (by each accountant), and a cell whose runs carry
+different guarantees (never, within one run) lists them all. The non-private baseline of a (label, model) is
 the best median over losses (seed 000, ``plot_results.py``).
 """
 
@@ -19,9 +20,11 @@ def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:
     runs = runs.copy()
     runs["target_epsilon"] = runs["target_epsilon"].fillna(float("inf"))  # non-private: epsilon = inf
     agg = {"auroc": "median", "auprc": "median", "seed": "count"}
-    for col in ("epsilon_prv", "epsilon_rdp", "noise_multiplier"):
+    for col in ("epsilon_prv", "epsilon_rdp", "epsilon_pld", "noise_multiplier"):
         if col in runs:
             agg[col] = "max"
+    if "guarantee" in runs:
+        agg["guarantee"] = lambda g: "; ".join(sorted(set(g.dropna())))
     for col in ("auroc_bayes", "auroc_map", "gap_std"):  # ExpM+NF diagnostics (NaN for other methods)
         if col in runs:
             agg[col] = "median"

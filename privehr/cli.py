@@ -17,8 +17,20 @@ from privehr.errors import InputError
 __all__ = ["main"]
 
 
+def _strict(value):
+    """JSON-safe: non-finite floats become None (``--json`` output is strict JSON, never ``Infinity``)."""
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if isinstance(value, dict):
+        return {str(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
 def _emit(args, payload: dict, text: str) -> None:
-    print(json.dumps(payload, indent=2, default=str) if args.json else text)
+    print(json.dumps(_strict(json.loads(json.dumps(payload, default=str))), indent=2, allow_nan=False)
+          if args.json else text)
 
 
 def _cmd_demo_data(args) -> int:
@@ -188,20 +200,24 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_privacy_ledger(args) -> int:
-    import math
+    from tasks.privacy_ledger import ledger_totals, short_dataset
 
-    from tasks.privacy_ledger import ledger_totals
-
-    path = args.ledger or _config_from(args).privacy.ledger_path
-    totals = ledger_totals(path, args.delta)
-    payload = {"ledger": str(path), "delta": args.delta, "datasets": [t.__dict__ for t in totals]}
+    config = _config_from(args)
+    path = args.ledger or config.privacy.ledger_path
+    delta = args.delta if args.delta is not None else config.privacy.delta
+    totals = ledger_totals(path, delta)
+    payload = {"ledger": str(path), "delta": delta, "datasets": [t.as_dict() for t in totals]}
+    fmt = lambda v: "n/a" if v is None else f"{v:.4g}"  # noqa: E731
     lines = [f"privacy ledger {path}: {len(totals)} dataset(s)"]
     for t in totals:
-        eps = "inf (a non-private release exists)" if math.isinf(t.epsilon) else f"{t.epsilon:.4g}"
-        lines += [f"  dataset {t.dataset[:12]}: {t.releases} releases {t.counts}",
-                  f"    epsilon (all releases): {eps}; DP releases alone: {t.epsilon_dp:.4g} at delta {t.delta:.2g}",
-                  f"    DP-SGD composed: PRV {t.epsilon_dp_sgd_prv}, RDP {t.epsilon_dp_sgd_rdp}; "
-                  f"other DP (basic composition): {t.epsilon_other_basic:.4g}"]
+        guarantee = (f"DP, epsilon {t.epsilon_dp:.4g} at delta {t.delta:.2g}" if t.dp else
+                     "NOT DP: " + ", ".join(f"{n} release(s) {label}" for label, n in t.not_dp.items()))
+        lines += [f"  dataset {short_dataset(t.dataset)}: {t.releases} release(s) {t.counts}"
+                  + (f", {t.pending} reserved and not yet trained (counted)" if t.pending else ""),
+                  f"    total guarantee: {guarantee}",
+                  f"    DP releases alone (DP-only total): epsilon {t.epsilon_dp:.4g} at delta {t.delta:.2g}; "
+                  f"by accountant PRV {fmt(t.epsilon_dp_prv)}, RDP {fmt(t.epsilon_dp_rdp)}, PLD {fmt(t.epsilon_dp_pld)}"
+                  f" (other DP by basic composition: {t.epsilon_other_basic:.4g})"]
         if t.unproven_epsilon_tilde:
             lines.append(f"    ExpM+NF releases (no proven guarantee; epsilon~ {t.unproven_epsilon_tilde})")
     _emit(args, payload, "\n".join(lines))
@@ -240,8 +256,10 @@ def _cmd_synthesize(args) -> int:
         raw = yaml.safe_load(args.config.read_text()) or {}
     raw |= {k: v for k, v in {"path": args.data, "spec": args.spec, "run_id": args.run_id,
                                "artifacts_dir": args.artifacts_dir, "runs": args.runs, "releases": args.releases,
-                               "mus": args.mu, "epsilons": args.epsilon, "delta": args.delta,
-                               "budget_epsilon": args.budget_epsilon}.items() if v is not None}
+                               "mus": args.mu, "epsilons": args.epsilon}.items() if v is not None}
+    for key, value in (("delta", args.delta), ("budget_epsilon", args.budget_epsilon)):
+        if value is not None:
+            raw.setdefault("privacy", {})[key] = value
     if (args.mu is None) != (args.epsilon is None):  # budgets given on the command line are the whole grid
         raw.setdefault("mus" if args.mu is None else "epsilons", [])
     if args.no_non_private:
@@ -378,7 +396,8 @@ def _parser() -> argparse.ArgumentParser:
     privacy_sub = privacy.add_subparsers(dest="privacy_command", required=True)
     ledger = privacy_sub.add_parser("ledger", parents=[common], help="the epsilon each dataset has spent, composed")
     ledger.add_argument("--ledger", type=Path, help="ledger file (default: privacy.ledger_path of the config)")
-    ledger.add_argument("--delta", type=float, default=1e-5, help="delta at which DP-SGD releases are composed")
+    ledger.add_argument("--delta", type=float, help="delta at which DP-SGD releases are composed (default: "
+                                                    "privacy.delta of the config)")
     ledger.add_argument("--config", type=Path)
     ledger.set_defaults(func=_cmd_privacy_ledger)
     convert = privacy_sub.add_parser("convert", parents=[common], help="sigma <-> mu-GDP <-> (epsilon, delta) for "

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privehr.errors import InputError
 
@@ -25,6 +25,17 @@ Model = Literal["logistic_regression", "grud"]
 Method = Literal["non_private", "dp_sgd", "expm_nf"]
 AuditedMethod = Literal["non_private", "dp_sgd"]
 Loss = Literal["bce", "l2"]
+# a privacy budget is a finite positive number: inf, nan and "Infinity" are refused (inf is no privacy at all)
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+def _moved(old: str, new: str):
+    """A validator refusing a setting that moved, with where it lives now."""
+    def check(cls, data):
+        if isinstance(data, dict) and old in data:
+            raise ValueError(f"{old} moved to {new} (one setting for every release and the ledger)")
+        return data
+    return model_validator(mode="before")(check)
 
 
 def _resume_needs_run_id(config):
@@ -98,6 +109,28 @@ class EHRPrepareConfig(_Strict):
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$")
 
 
+class PrivacyConfig(_Strict):
+    """The privacy ledger, the budget each dataset may spend, the one delta, and where DP noise comes from."""
+
+    ledger_path: Path = Field(Path("artifacts/privacy_ledger.jsonl"),
+                              description="append-only record of every release per dataset (proven writable "
+                                          "before any private record is read)")
+    budget_epsilon: PositiveFloat | None = Field(
+        None, description="refuse runs whose releases would take the dataset's composed epsilon above this; a "
+                          "release without a DP guarantee (non-private, ExpM+NF, reproducible noise) never fits")
+    delta: float = Field(1e-5, gt=0, lt=1, description="the delta of every DP release and of the ledger's "
+                                                      "composition")
+    reproducible_noise: bool = Field(
+        False, description="seed the noise and sampling of every DP mechanism from the configuration (tests, "
+                           "debugging). Every release made so is recorded as not DP; by default they come from "
+                           "OS entropy and are never stored")
+    dataset_id: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._:-]+$", description="the dataset's identity in the ledger, assigned by the data "
+        "steward; default: sha256 of its sorted subject ids (a re-export of the same patients composes with it)")
+
+    _budget_delta_moved = _moved("budget_delta", "privacy.delta")
+
+
 class DPNFConfig(_Strict):
     """The masked autoregressive flow and its DP-SGD training (seed 002 used 15 blocks x 200 hidden, C = 10,
     r = 0.5, T = 8000, SGD lr 2e-5 with batch norm; privehr has no batch norm and uses Adam)."""
@@ -110,9 +143,8 @@ class DPNFConfig(_Strict):
                                                             "q = 1 / ceil(n / ceil(q n)) is recorded")
     max_grad_norm: float = Field(10.0, gt=0, description="per-sample clipping norm C (seed 002: 10)")
     learning_rate: float = Field(3e-3, gt=0, description="Adam")
-    reproducible_noise: bool = Field(False, description="seed the DP noise and Poisson sampling from the job (for "
-                                                        "tests); by default they come from OS entropy, as the "
-                                                        "guarantee needs them secret")
+
+    _reproducible_moved = _moved("reproducible_noise", "privacy.reproducible_noise")
 
 
 class SynthesisMICEConfig(MICEConfig):
@@ -125,7 +157,7 @@ class Budget(_Strict):
     """One privacy budget of a synthesis grid: mu-GDP, an (epsilon, delta) target, or none (non-private)."""
 
     kind: Literal["mu", "epsilon", "non_private"]
-    value: float | None = None
+    value: Annotated[float, Field(allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _value_matches_kind(self):
@@ -149,12 +181,14 @@ class SynthesisConfig(EHRPrepareConfig):
                                           description="budgets as (epsilon, delta) targets: sigma calibrated by PRV "
                                                       "and RDP")
     non_private: bool = Field(True, description="also a non-private flow (seed 002's mu = infinity column)")
-    delta: float = Field(1e-5, gt=0, lt=1)
     dpnf: DPNFConfig = DPNFConfig()
     runs: int = Field(1, ge=1, description="flows per imputation and budget (seed 002: 10)")
     releases: int = Field(2, ge=1, description="synthetic tables per flow (seed 002: 10)")
-    rows: int | None = Field(None, ge=1, description="rows per synthetic table (default: as many patients as the "
-                                                     "validated table has)")
+    rows: int | None = Field(None, ge=1, description="rows per synthetic table (default: as many as the table's "
+                                                     "patients, exact where the spec declares the count public, "
+                                                     "else a noisy count at count_epsilon)")
+    count_epsilon: PositiveFloat = Field(0.1, description="epsilon of the noisy patient count that sizes the tables "
+                                                          "(two-sided geometric mechanism; entered in the ledger)")
     scaling: Literal["bounds", "train"] = Field("bounds", description="bounds: center/scale from the spec's "
                                                 "bounds (data-independent); train: training mean/sd (not private)")
     classification_target: str = Field("hypertensive", description="SVM label (a 0/1 derived column)")
@@ -162,13 +196,15 @@ class SynthesisConfig(EHRPrepareConfig):
     excluded_features: list[str] = Field(default_factory=lambda: ["pap_diastolic", "pap_systolic"],
                                          description="attributes the targets are computed from, left out of the "
                                                      "utility models' inputs (else mean PAP is linear in them)")
-    ledger_path: Path = Field(Path("artifacts/privacy_ledger.jsonl"), description="the privacy ledger")
-    budget_epsilon: float | None = Field(None, gt=0, description="refuse runs whose DP-NF flows would take the "
-                                                                 "table's composed epsilon (at delta) above this")
+    privacy: PrivacyConfig = Field(PrivacyConfig(), description="ledger, budget, delta and noise of the table's "
+                                                                "releases")
     resume: bool = Field(False, description="continue run_id's directory: flows whose release record exists are "
                                             "not retrained (a retrained flow would be a new, unrecorded release)")
 
     _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))
+    _delta_moved = _moved("delta", "privacy.delta")
+    _ledger_moved = _moved("ledger_path", "privacy.ledger_path")
+    _budget_moved = _moved("budget_epsilon", "privacy.budget_epsilon")
 
     def budgets(self) -> list[Budget]:
         out = [Budget(kind="non_private")] if self.non_private else []
@@ -214,13 +250,14 @@ class DPSGDConfig(_Strict):
 
     epsilons: list[PositiveFloat] = Field(default_factory=lambda: [0.1, 1.0, 3.5, 10.0], min_length=1,
                                           description="target epsilons (PRV and RDP both stay below each)")
-    delta: float = Field(1e-5, gt=0, lt=1)
     max_grad_norm: float = Field(1.0, gt=0)
     epochs: int = Field(5, ge=1, description="at lr 1e-2, 10 epochs overfit at large epsilon (los_3 on the demo "
                                              "lost 0.01 AUROC from epsilon 1 to 10); 5 also lowers sigma at small ones")
     batch_size: int = Field(128, ge=1, description="expected batch size q * n")
     learning_rate: float = Field(1e-2, gt=0)
     weight_decay: float = Field(0.0, ge=0, description="decoupled (AdamW): post-processing, no privacy cost")
+
+    _delta_moved = _moved("delta", "privacy.delta")
 
 
 class ExpMNFConfig(_Strict):
@@ -304,16 +341,6 @@ class TrainingConfig(_Strict):
         return out
 
 
-class PrivacyConfig(_Strict):
-    """The privacy ledger and the budget each dataset may spend on DP releases."""
-
-    ledger_path: Path = Field(Path("artifacts/privacy_ledger.jsonl"),
-                              description="append-only record of every release per dataset")
-    budget_epsilon: float | None = Field(None, gt=0, description="refuse runs whose DP releases would take the "
-                                                                 "dataset's composed epsilon above this")
-    budget_delta: float = Field(1e-5, gt=0, lt=1, description="delta at which DP-SGD releases are composed")
-
-
 class VersioningConfig(_Strict):
     """Version each run directory with DVC (``dvc add artifacts/<run-id>``, then push)."""
 
@@ -343,12 +370,21 @@ class PipelineConfig(_Strict):
                                             "the same input, cell, hyperparameters and seed are not retrained")
 
     def synthesis_run(self, run_dir: str | Path) -> SynthesisConfig:
-        """The synthesis settings of a pipeline run: its own run directory <run>/synthesis, the run's ledger,
-        budget and delta."""
+        """The synthesis settings of a pipeline run: its own run directory <run>/synthesis, and the pipeline's
+        ledger, budget, delta and noise (the table keeps its own dataset id)."""
+        privacy = self.privacy.model_copy(update={"dataset_id": self.synthesis.privacy.dataset_id})
         return self.synthesis.model_copy(update={"artifacts_dir": Path(run_dir), "run_id": "synthesis",
-                                                 "ledger_path": self.privacy.ledger_path, "resume": self.resume,
-                                                 "budget_epsilon": self.privacy.budget_epsilon,
-                                                 "delta": self.privacy.budget_delta})
+                                                 "privacy": privacy, "resume": self.resume})
+
+    @model_validator(mode="after")
+    def _one_privacy_section(self):
+        if self.synthesis is not None:
+            shared = self.synthesis.privacy.model_fields_set - {"dataset_id"}
+            if shared:
+                raise ValueError(f"synthesis.privacy.{sorted(shared)[0]}: the synthesis subflow uses the pipeline's "
+                                 "privacy settings; set them under privacy (synthesis.privacy takes only dataset_id, "
+                                 "the EHR table's own identity)")
+        return self
 
     _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))
 
@@ -383,12 +419,14 @@ class AuditConfig(_Strict):
     mechanisms: list[AuditedMethod] = Field(default_factory=lambda: ["non_private", "dp_sgd"], min_length=1)
     shadows: int = Field(16, ge=4, description="even; every example is IN for exactly half; at least 4, so that "
                                                 "leaving one out still leaves IN and OUT shadows for every example")
-    epsilon: float = Field(1.0, gt=0, description="target epsilon of the DP-SGD shadows")
+    epsilon: PositiveFloat = Field(1.0, description="target epsilon of the DP-SGD shadows")
     delta: float = Field(1e-5, gt=0, lt=1)
+    reproducible_noise: bool = Field(False, description="seed the shadows' DP noise and the one-run audit's canary "
+                                                        "draw from the configuration (tests); default: OS entropy")
     non_private: NonPrivateConfig = Field(default_factory=lambda: NonPrivateConfig(
         learning_rate=3e-3, weight_decay=0.0, max_epochs=30), description="an overfit non-private model")
     dp_sgd: DPSGDConfig = DPSGDConfig()
-    seed: int = 0
+    seed: int = Field(0, description="initialisation of the shadows (public: it is not DP randomness)")
     significance: float = Field(0.05, gt=0, lt=1, description="of the one-run epsilon lower bound")
 
     @model_validator(mode="after")

@@ -111,6 +111,9 @@ class EHRTableSpec(_Strict):
     id_prefix: str = "row-"
     drop_attributes_missing_in_more_than: int | None = None
     min_rows: int = 1
+    public_patient_count: bool = Field(
+        False, description="the number of patients is public (e.g. published with the data): release records and "
+                           "synthetic tables may carry it exactly; otherwise tables are sized by a noisy count")
     attributes: list[VariableBounds]
     derived: list[DerivedColumn] = []
 

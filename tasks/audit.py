@@ -21,6 +21,8 @@ from prefect.artifacts import create_table_artifact  # noqa: E402
 
 from models.classifiers import build_classifier, classifier_inputs  # noqa: E402
 from models.dp_sgd import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
+from models.randomness import NoiseSource  # noqa: E402
+from models.release_plan import ReleasePlan  # noqa: E402
 from models.lira import leave_one_out, logit_confidence, shadow_membership  # noqa: E402
 from models.one_run_audit import audit_scores  # noqa: E402
 from models.training import TrainingHyperparameters, fit_binary_classifier  # noqa: E402
@@ -44,13 +46,20 @@ def _population(config: AuditConfig):
     return classifier_inputs(config.model, d["values"], d["mask"], d["delta"]), torch.as_tensor(y), d["values"].shape
 
 
+def _noise(config: AuditConfig, *key) -> NoiseSource:
+    return NoiseSource.reproducible("audit", config.seed, *key) if config.reproducible_noise else NoiseSource.secret()
+
+
 @task(name="plan-audit")
 def plan_audit(config: AuditConfig) -> str:
     """Draw the shadows' membership matrix; return the audit's private working directory."""
     _, y, _ = _population(config)
     work = Path(config.run_dir) / INTERMEDIATE / "audit"
     work.mkdir(parents=True, exist_ok=True)
-    np.save(work / "membership.npy", shadow_membership(config.shadows, len(y), config.seed))
+    # the canaries' inclusion (shadow 0's row is the one-run audit's draw) must be independent of anything an
+    # attacker could know: OS entropy, unless the audit asked for reproducible randomness
+    np.save(work / "membership.npy", shadow_membership(config.shadows, len(y), _noise(config, "membership")
+                                                       .numpy_generator("membership")))
     run_logger().info("audit: %d shadows over %d training stays", config.shadows, len(y))
     return str(work)
 
@@ -79,9 +88,10 @@ def train_shadow(config: AuditConfig, work: str, mechanism: str, shadow: int) ->
             max_epochs=c.max_epochs, seed=seed), progress=progress)
     else:
         c = config.dp_sgd
-        model, _ = train_dp_sgd(model, half, y[keep], DPSGDHyperparameters(
-            learning_rate=c.learning_rate, weight_decay=c.weight_decay, batch_size=c.batch_size, epochs=c.epochs,
-            max_grad_norm=c.max_grad_norm, seed=seed), config.epsilon, config.delta, progress=progress)
+        plan = ReleasePlan.for_epochs(int(keep.sum()), c.batch_size, c.epochs, target_epsilon=config.epsilon,
+                                      delta=config.delta, max_grad_norm=c.max_grad_norm)
+        model, _ = train_dp_sgd(model, half, y[keep], DPSGDHyperparameters(c.learning_rate, c.weight_decay), plan,
+                                _noise(config, "shadow", shadow), progress=progress)
     after = _logits(model, inputs)
     bce = torch.nn.functional.binary_cross_entropy_with_logits
     loss = lambda z: bce(torch.as_tensor(z), y, reduction="none").numpy()  # noqa: E731

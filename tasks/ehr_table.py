@@ -4,7 +4,9 @@ Layout (either orientation), NA tokens and ids come from the spec. Suspect cells
 quarantined with a reason, never dropped silently: non-numeric tokens and values beyond the
 physiological bounds are masked (set missing); records without any kept value and records with a
 missing or duplicate id are removed. Attributes missing in more patients than the spec allows are
-dropped as a recorded decision (seed 002 drops 7 of Harrod's 26 attributes this way).
+dropped as a recorded decision (seed 002 drops 7 of Harrod's 26 attributes this way): the decision
+that shapes training is :func:`drop_by_missingness` on the *training* patients (after the split);
+``decisions["dropped_attributes"]`` is the same rule on the whole delivery, for the steward's report.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from models import quarantine as q
 from privehr.errors import InputError
 from privehr.specs import EHRTableSpec
 
-__all__ = ["EHRTable", "read_ehr_table", "parse_ehr_table", "ID"]
+__all__ = ["EHRTable", "read_ehr_table", "parse_ehr_table", "drop_by_missingness", "ID"]
 
 ID = "patient_id"
 
 
 @dataclass
 class EHRTable:
-    """``frame``: kept records x kept attributes (float, NaN = missing), indexed by ``patient_id``.
+    """``frame``: kept records x every spec attribute (float, NaN = missing), indexed by ``patient_id``.
     ``parsed``: every spec attribute as read (numbers, before masking), for validation.
     ``quarantine``: suspect records and cells with reasons. ``decisions``: counts and dropped columns."""
 
@@ -115,21 +117,32 @@ def parse_ehr_table(table: pd.DataFrame, spec: EHRTableSpec) -> EHRTable:
     keep_rows = parsed[ID].notna() & ~parsed[ID].isin(bad_records)
     values, ids = values[keep_rows.to_numpy()], parsed.loc[keep_rows, ID]
 
-    missing = values.isna().sum()
-    limit = spec.drop_attributes_missing_in_more_than
-    dropped = {c: int(n) for c, n in missing.items() if (limit is not None and n > limit) or n == len(values)}
-    kept = [c for c in attributes if c not in dropped]
-    frame = values[kept].set_axis(pd.Index(ids.to_numpy(), name=ID))
-    empty = q.empty_records(frame.reset_index(), kept, [ID])
+    frame = values[attributes].set_axis(pd.Index(ids.to_numpy(), name=ID))
+    empty = q.empty_records(frame.reset_index(), attributes, [ID])
     frame = frame[~frame.index.isin(empty[ID])]
     quarantine = q.combine([quarantine, empty], [ID])
+    _, dropped, rule = drop_by_missingness(frame, spec, len(table))
     decisions = {"records_read": int(len(table)), "records_kept": int(len(frame)),
-                 "attributes_read": len(attributes), "attributes_kept": len(kept),
-                 "dropped_attributes": dropped,
-                 "drop_rule": f"missing in more than {limit} records, or in all" if limit is not None
-                 else "missing in all records",
+                 "attributes_read": len(attributes), "attributes_kept": len(attributes) - len(dropped),
+                 "dropped_attributes": dropped, "drop_rule": rule,
                  "quarantined": quarantine["reason"].value_counts().to_dict()}
     return EHRTable(frame, parsed, quarantine, decisions)
+
+
+def drop_by_missingness(frame: pd.DataFrame, spec: EHRTableSpec, records_read: int) -> tuple[pd.DataFrame, dict, str]:
+    """Drop attributes missing in every row of ``frame``, or in more than the spec's share of its rows.
+
+    The spec's limit counts records of the delivery (``records_read`` of them); on a subset (the
+    training patients) the same share applies. Returns (kept columns, {dropped: missing count}, rule).
+    """
+    limit = spec.drop_attributes_missing_in_more_than
+    share = None if limit is None else limit / max(records_read, 1)
+    missing = frame.isna().sum()
+    dropped = {c: int(n) for c, n in missing.items()
+               if n == len(frame) or (share is not None and n > share * len(frame))}
+    rule = (f"missing in more than {limit} of {records_read} records ({share:.1%} of the rows judged), or in all"
+            if limit is not None else "missing in all records")
+    return frame[[c for c in frame.columns if c not in dropped]], dropped, rule
 
 
 def read_ehr_table(path: str | Path, spec: EHRTableSpec) -> EHRTable:

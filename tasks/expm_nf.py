@@ -38,9 +38,10 @@ def default_expm_hyperparameters(cell: Cell, training: TrainingConfig) -> dict:
 
 
 def fit_expm_nf(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int, eval_data,
-                out: Path | None = None) -> dict:
+                out: Path | None = None, before_saving=None) -> dict:
     """Train the flow on ``data`` (inputs, y, n_vars, n_hours); evaluate on ``eval_data`` (inputs, y);
-    save the flow and the released draw to ``out`` (the search passes None)."""
+    save the flow and the released draw to ``out`` (the search passes None), calling ``before_saving()``
+    first (the ledger entry of the release)."""
     inputs, y, n_vars, n_hours = data
     template = build_classifier(cell.model, n_vars, n_hours, seed=seed, hidden_size=hp.get("hidden_size", 32)
                                 ).to(y.device)
@@ -64,6 +65,8 @@ def fit_expm_nf(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int,
     map_metrics = binary_metrics(y_np, probabilities[map_index(utilities)])
     single = binary_metrics(y_np, probabilities[0])
     gap = fit_gap(cell.target_epsilon, utility.sensitivity, utilities, log_q)
+    if before_saving is not None:
+        before_saving()
     if out is not None:
         out.with_suffix(".draws.json").write_text(json.dumps({"auroc": draws[:, 0].tolist(),
                                                              "auprc": draws[:, 1].tolist()}))

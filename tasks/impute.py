@@ -18,10 +18,11 @@ from prefect import task
 from models.derived_columns import add_derived
 from models.mice import multiple_imputation
 from models.patient_split import split_subjects
+from models.privacy_ledger import dataset_id_of
 from models.rubins_rules import pool
 from privehr.config import EHRPrepareConfig
 from privehr.specs import load_ehr_spec
-from tasks.ehr_table import read_ehr_table
+from tasks.ehr_table import drop_by_missingness, read_ehr_table
 from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import run_logger
 
@@ -47,6 +48,11 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
     patients = pd.DataFrame({"subject_id": frame.index.to_numpy()})
     split = split_subjects(patients, [], (1 - config.test_fraction, 0.0, config.test_fraction), config.split_seed)
     train, test = frame[(split == "train").to_numpy()], frame[(split == "test").to_numpy()]
+    train, dropped, rule = drop_by_missingness(train, spec, table.decisions["records_read"])  # training patients only
+    test, frame = test[train.columns], frame[train.columns]
+    decisions = {**table.decisions, "dropped_attributes": dropped, "attributes_kept": len(train.columns),
+                 "drop_rule": rule, "drop_decided_on": "training patients",
+                 "dropped_on_whole_delivery": table.decisions["dropped_attributes"]}
     bounds = {a.name: (a.valid_low, a.valid_high) for a in spec.attributes if a.name in frame}
     mice = config.mice
     result = multiple_imputation(train, test, m=mice.m, max_iter=mice.max_iter, seed=mice.seed, bounds=bounds,
@@ -66,7 +72,7 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
         "seeds": result.seeds, "estimator": "IterativeImputer(BayesianRidge, sample_posterior=True)",
         "fitted_on": "training patients only", "patients": {"train": int(len(train)), "test": int(len(test))},
         "attributes": list(frame.columns), "derived": [d.name for d in spec.derived],
-        "decisions": table.decisions,
+        "decisions": decisions, "dataset_id": dataset_id_of(table.frame.index),
         "missing_before": {"train": {c: int(n) for c, n in train.isna().sum().items()},
                            "test": {c: int(n) for c, n in test.isna().sum().items()}},
         "missing_after": int(sum(f.isna().sum().sum() for part in completed.values() for f in part)),

@@ -1,42 +1,137 @@
-"""Privacy ledger tasks: refuse over-budget runs before their releases are trained, record releases."""
+"""The privacy ledger file: JSON lines, read and appended under one exclusive lock.
+
+Every change goes through :meth:`Ledger.transaction`, which holds ``flock(LOCK_EX)`` on the ledger
+file itself while it reads, decides and appends, so two runs on one dataset can never both see the
+budget before either has reserved its spend. Appends are flushed and fsynced before the lock is
+released. The file is strict JSON (no ``Infinity``): a non-private release has ``epsilon: null``.
+
+Protocol (``models.privacy_ledger`` composes it):
+
+1. :func:`reserve` before any release is trained: compose the dataset's counted entries with the
+   run's planned ones, refuse if a budget would be exceeded, else append one reservation per
+   planned release (ids unique forever). A resumed run first voids its own reservations that no
+   release settled (its crashed attempt never trained them; the run lock guarantees that attempt is
+   gone).
+2. :func:`record_release` as soon as a release exists, before its model is saved: a crash after it
+   leaves the release counted; a crash before it leaves no model anywhere and the reservation counted.
+"""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
-import math
-from dataclasses import asdict
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
-from prefect import task
-
-from models.dp_nf import noise_for_budget, poisson_batch
-from models.dp_sgd import poisson_schedule
-from models.privacy_accounting import calibrate_noise_multiplier
-from models.privacy_ledger import LedgerEntry, LedgerTotal, compose_entries
-from privehr.config import Budget, Cell, PipelineConfig, SynthesisConfig
+from models.privacy_ledger import (BudgetVerdict, LedgerEntry, LedgerTotal, check_budget, compose_entries,
+                                   effective_entries)
 from privehr.errors import InputError
-from tasks.run_logging import run_logger
 
-__all__ = ["read_ledger", "append_entries", "ledger_totals", "check_privacy_budget", "record_releases",
-           "record_release", "planned_noise", "check_synthesis_budget"]
+__all__ = ["Ledger", "read_ledger", "ledger_totals", "reserve", "record_release", "release_id", "strict_json",
+           "BudgetExceeded", "short_dataset"]
+
+
+class BudgetExceeded(InputError):
+    """A budget check refused the run; ``verdict`` says what it would have cost."""
+
+    def __init__(self, message: str, verdict: BudgetVerdict):
+        super().__init__(message)
+        self.verdict = verdict
+
+
+def short_dataset(dataset: str) -> str:
+    """A dataset id short enough for a message: "subjects-sha256:" ids keep 12 hex digits."""
+    kind, _, digest = dataset.partition(":")
+    return f"{kind}:{digest[:12]}" if digest else dataset[:40]
+
+
+def strict_json(value):
+    """``value`` with every non-finite float replaced by None (json.dumps(allow_nan=False) then accepts it)."""
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
+def release_id(run_id: str, what: str) -> str:
+    """An id never used before and never reused: the run, what it is, and 64 random bits."""
+    return f"{run_id}/{what}#{secrets.token_hex(8)}"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class _Transaction:
+    def __init__(self, fh):
+        self._fh = fh
+        fh.seek(0)
+        self.entries = [LedgerEntry.from_dict(json.loads(line)) for line in fh.read().splitlines() if line.strip()]
+
+    def append(self, entries: list[LedgerEntry]) -> None:
+        if not entries:
+            return
+        self._fh.seek(0, os.SEEK_END)
+        self._fh.write("".join(json.dumps(strict_json(e.as_dict()), allow_nan=False) + "\n" for e in entries))
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.entries += entries
+
+
+class Ledger:
+    """One ledger file (``privacy.ledger_path``)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def check_writable(self) -> None:
+        """Prove the ledger can be locked and appended to, before any private record is read."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                fcntl.flock(fh, fcntl.LOCK_UN)
+        except OSError as err:
+            reason = {errno.EACCES: "permission denied", errno.EROFS: "read-only file system",
+                      errno.ENOSPC: "no space left"}.get(err.errno, err.strerror or type(err).__name__)
+            raise InputError(f"the privacy ledger {self.path} is not writable ({reason}); nothing was read or "
+                             "trained. Make it writable, or point privacy.ledger_path at a writable file.") from None
+
+    @contextmanager
+    def transaction(self) -> Iterator[_Transaction]:
+        """Read every entry and append, all under one exclusive lock."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fh = open(self.path, "a+")
+        except OSError as err:
+            raise InputError(f"the privacy ledger {self.path} cannot be opened for writing ({err.strerror}); "
+                             "make it writable or point privacy.ledger_path elsewhere.") from None
+        with fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield _Transaction(fh)
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def read(self) -> list[LedgerEntry]:
+        if not self.path.exists():
+            return []
+        with open(self.path) as fh:
+            fcntl.flock(fh, fcntl.LOCK_SH)
+            lines = fh.read().splitlines()
+        return [LedgerEntry.from_dict(json.loads(line)) for line in lines if line.strip()]
 
 
 def read_ledger(path: str | Path) -> list[LedgerEntry]:
-    path = Path(path)
-    if not path.exists():
-        return []
-    return [LedgerEntry(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
-
-
-def append_entries(path: str | Path, entries: list[LedgerEntry]) -> None:
-    """Append under an exclusive lock, so concurrent runs never interleave lines."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        fh.writelines(json.dumps(asdict(e)) + "\n" for e in entries)
-        fcntl.flock(fh, fcntl.LOCK_UN)
+    return Ledger(path).read()
 
 
 def ledger_totals(path: str | Path, delta: float = 1e-5) -> list[LedgerTotal]:
@@ -45,116 +140,46 @@ def ledger_totals(path: str | Path, delta: float = 1e-5) -> list[LedgerTotal]:
             for d in sorted({e.dataset for e in entries})]
 
 
-def _dataset_id(run_dir: str) -> str:
-    return json.loads((Path(run_dir) / "ingest.json").read_text())["sha256"]
+def reserve(ledger: Ledger, dataset: str, run_id: str, planned: dict[str, LedgerEntry],
+            budget_epsilon: float | None, delta: float, resume: bool, what: str) -> tuple[dict[str, str], BudgetVerdict, int]:
+    """Reserve ``planned`` (key -> entry template) under the lock; return (key -> reservation id, verdict, voided).
+
+    Raises :class:`BudgetExceeded` (and writes nothing) when the budget would be exceeded.
+    """
+    with ledger.transaction() as tx:
+        mine = [e for e in tx.entries if e.dataset == dataset]
+        voids = []
+        if resume:  # this run's reservations that no release settled: its crashed attempt never trained them
+            pending = {e.release for e in effective_entries(mine) if e.status == "reserved" and e.run_id == run_id}
+            voids = [LedgerEntry(dataset, release_id(run_id, "void"), e.mechanism, status="void", reservation=e.release,
+                                 run_id=run_id, guarantee=e.guarantee, what=f"void: {e.what}", created_utc=_now())
+                     for e in mine if e.release in pending]
+        reservations = {key: LedgerEntry(**{**e.as_dict(), "dataset": dataset, "release": release_id(run_id, key),
+                                            "status": "reserved", "run_id": run_id, "created_utc": _now()})
+                        for key, e in planned.items()}
+        verdict = check_budget(mine + voids, list(reservations.values()), budget_epsilon, delta)
+        if verdict.refused:
+            raise BudgetExceeded(
+                f"privacy budget exceeded for dataset {short_dataset(dataset)}: {verdict.reason}. This run planned "
+                f"{len(planned)} {what}; none was trained and nothing was reserved. Fewer budgets, seeds or grid "
+                "cells, no release without a DP guarantee, or a budget decision by the data custodian are the ways "
+                "on.", verdict)
+        tx.append(voids + list(reservations.values()))
+    return {key: e.release for key, e in reservations.items()}, verdict, len(voids)
 
 
-def _fit_size(run_dir: str) -> int:
-    counts = json.loads((Path(run_dir) / "split_manifest.json").read_text())["counts"]
-    return counts["train"]["stays"] + counts["dev"]["stays"]
+def record_release(ledger_path: str | Path, reservation: str, entry: LedgerEntry) -> LedgerEntry:
+    """Append the release that settles ``reservation`` (call it before the release is saved anywhere).
 
-
-@task(name="check-privacy-budget")
-def check_privacy_budget(run_dir: str, cells: list[Cell], chosen: list[dict], config: PipelineConfig) -> dict:
-    """Compose the ledger with this run's planned DP-SGD releases; raise if the budget would be exceeded."""
-    privacy, training = config.privacy, config.training
-    dataset = _dataset_id(run_dir)
-    n = _fit_size(run_dir)
-    existing = [e for e in read_ledger(privacy.ledger_path) if e.dataset == dataset]
-    recorded = {e.release for e in existing}
-    planned = []
-    for cell, hp in zip(cells, chosen):
-        if cell.method != "dp_sgd":
-            continue
-        spend = calibrate_noise_multiplier(cell.target_epsilon, training.dp_sgd.delta,
-                                           *poisson_schedule(n, hp["batch_size"], hp["epochs"]))
-        planned += [LedgerEntry(dataset, _release(run_dir, cell, s), "dp_sgd", spend.epsilon, spend.delta,
-                                spend.noise_multiplier, spend.sample_rate, spend.steps)
-                    for s in range(training.seeds_for(cell)) if _release(run_dir, cell, s) not in recorded]
-    return _enforce_budget(run_dir, dataset, existing, planned, privacy.budget_epsilon, privacy.budget_delta,
-                           "DP-SGD releases")
-
-
-def _enforce_budget(run_dir: str, dataset: str, existing: list[LedgerEntry], planned: list[LedgerEntry],
-                    budget_epsilon: float | None, delta: float, what: str) -> dict:
-    """Compose the dataset's recorded and planned releases, write privacy_budget.json, raise if over budget."""
-    total = compose_entries(existing + planned, delta)
-    summary = {"dataset": dataset, "existing_releases": len(existing), "planned_dp_releases": len(planned),
-               "epsilon_dp_after_run": total.epsilon_dp, "delta": total.delta, "budget_epsilon": budget_epsilon}
-    (Path(run_dir) / "privacy_budget.json").write_text(json.dumps(summary, indent=2))
-    if budget_epsilon is not None and total.epsilon_dp > budget_epsilon:
-        before = compose_entries(existing, delta).epsilon_dp if existing else 0.0
-        raise InputError(
-            f"privacy budget exceeded for dataset {dataset[:12]}: its DP releases have spent epsilon "
-            f"{before:.3g} and this run's {len(planned)} {what} would bring it to {total.epsilon_dp:.3g} "
-            f"(delta {total.delta:.2g}), above the budget {budget_epsilon:g}. Nothing was trained. "
-            "Fewer budgets, seeds or grid cells, or a budget decision by the data custodian, are the ways on.")
-    run_logger().info("privacy budget: %d planned %s, dataset epsilon after the run %.3g (budget %s)",
-                      len(planned), what, total.epsilon_dp, budget_epsilon)
-    return summary
-
-
-def _release(run_dir: str, cell: Cell, seed: int) -> str:
-    return f"{Path(run_dir).name}/models/{cell.cell_id}-seed{seed}.pt"
-
-
-@task(name="record-releases")
-def record_releases(run_dir: str, runs: list[dict], ledger_path: str) -> int:
-    """Append one ledger entry per released model of this run not yet recorded; return how many."""
-    dataset, run_id = _dataset_id(run_dir), Path(run_dir).name
-    recorded = {e.release for e in read_ledger(ledger_path) if e.dataset == dataset}
-    entries = []
-    for r in runs:
-        cell = Cell(**{k: r[k] for k in ("label", "model", "method", "loss", "target_epsilon")})
-        release = _release(run_dir, cell, r["seed"])
-        if release in recorded:  # a resumed run: recorded by its earlier attempt
-            continue
-        if r["method"] == "dp_sgd":
-            entries.append(LedgerEntry(dataset, release, "dp_sgd", r["epsilon_prv"] if r["epsilon_prv"] is not None
-                                       else r["epsilon_rdp"], r["delta"], r["noise_multiplier"], r["sample_rate"],
-                                       r["steps"], run_id))
-        elif r["method"] == "expm_nf":  # eps~ is a training parameter: composed nowhere, listed as unproven
-            entries.append(LedgerEntry(dataset, release, "expm_nf", r["target_epsilon"], 0.0, run_id=run_id))
-        else:
-            entries.append(LedgerEntry(dataset, release, "non_private", math.inf, 0.0, run_id=run_id))
-    append_entries(ledger_path, entries)
-    run_logger().info("privacy ledger: recorded %d releases", len(entries))
-    return len(entries)
-
-
-def _synthesis_release(run_dir: str, job_id: str) -> str:
-    return f"{'/'.join(Path(run_dir).parts[-2:])}/releases/{job_id}"
-
-
-def record_release(run_dir: str, record_path: str | Path, dataset: str, ledger_path: str) -> bool:
-    """The ledger entry of one trained DP-NF flow (its synthetic tables are post-processing); False if recorded."""
-    r = json.loads(Path(record_path).read_text())
-    release, run_id = _synthesis_release(run_dir, r["job"]["job_id"]), "/".join(Path(run_dir).parts[-2:])
-    if release in {e.release for e in read_ledger(ledger_path) if e.dataset == dataset}:
-        return False
-    append_entries(ledger_path, [
-        LedgerEntry(dataset, release, "dp_sgd", r["epsilon"], r["delta"], r["noise_multiplier"], r["sample_rate"],
-                    r["steps"], run_id) if r["mechanism"] == "dp_sgd"
-        else LedgerEntry(dataset, release, "non_private", math.inf, 0.0, run_id=run_id)])
-    return True
-
-
-def planned_noise(config: SynthesisConfig, budget: Budget, n: int) -> tuple[float | None, float, int]:
-    """(sigma, q, T) of a DP-NF flow trained on ``n`` patients at ``budget``: known before anything is trained."""
-    _, q = poisson_batch(n, config.dpnf.sample_rate)
-    return noise_for_budget(budget.kind, budget.value, q, config.dpnf.steps, config.delta), q, config.dpnf.steps
-
-
-@task(name="check-synthesis-budget")
-def check_synthesis_budget(run_dir: str, config: SynthesisConfig, dataset: str) -> dict:
-    """Compose the ledger with this run's planned DP-NF flows; raise before training if over ``budget_epsilon``."""
-    n = json.loads((Path(run_dir) / "imputation.json").read_text())["patients"]["train"]
-    existing = [e for e in read_ledger(config.ledger_path) if e.dataset == dataset]
-    recorded = {e.release for e in existing}
-    planned = []
-    for job in config.jobs():
-        sigma, q, steps = planned_noise(config, Budget(**job["budget"]), n)
-        release = _synthesis_release(run_dir, job["job_id"])
-        if sigma is not None and release not in recorded:
-            planned.append(LedgerEntry(dataset, release, "dp_sgd", math.nan, config.delta, sigma, q, steps))
-    return _enforce_budget(run_dir, dataset, existing, planned, config.budget_epsilon, config.delta, "DP-NF flows")
+    The release is counted whatever became of the reservation: a voided or already settled
+    reservation does not make a trained model free.
+    """
+    with Ledger(ledger_path).transaction() as tx:
+        reserved = next((e for e in tx.entries if e.release == reservation), None)
+        run_id = reserved.run_id if reserved is not None else entry.run_id
+        released = LedgerEntry(**{**entry.as_dict(), "release": release_id(run_id, entry.what.replace(" ", "-")),
+                                  "status": "released", "reservation": reservation, "run_id": run_id,
+                                  "dataset": reserved.dataset if reserved is not None else entry.dataset,
+                                  "created_utc": _now()})
+        tx.append([released])
+    return released

@@ -13,22 +13,27 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from models.dp_utility_checks import check_dp_sgd_curves
 from models.result_summary import summarise_runs
-from privehr.config import Cell
+from models.privacy_ledger import compose_entries
+from privehr.config import Cell, PrivacyConfig
 from tasks.figures import plot_auroc_vs_epsilon, plot_expm_boxplots
+from tasks.privacy_ledger import read_ledger, short_dataset, strict_json
 from tasks.run_logging import in_prefect_run
 from tasks.synthesis_report import raw_accuracy
 
 __all__ = ["write_report", "results_table", "curve_check_lines"]
 
 COLUMNS = ["label", "model", "method", "loss", "target_epsilon", "auroc_median", "auprc_median", "seeds",
-           "epsilon_prv", "epsilon_rdp", "auroc_bayes", "auroc_map", "gap_std"]
-PRIVACY_NOTE = ("epsilon: PRV (claimed) and RDP (upper bound) for the DP-SGD training steps at delta = {delta}; "
-                "both are below the target. ExpM+NF rows: target_epsilon is eps~, a training parameter of the flow; "
-                "no DP guarantee is proven (auroc_median: median over the flow's draws, each a candidate release; "
-                "auroc_bayes: posterior-predictive average; auroc_map: highest-utility draw; gap_std: spread of "
-                "log q - eps~ u / 2s, 0 when the flow equals the mechanism). Not covered by any guarantee: feature "
-                "statistics fitted on the training split and hyperparameters tuned on dev. Non-private rows have "
-                "no guarantee (inf).")
+           "epsilon_prv", "epsilon_rdp", "epsilon_pld", "guarantee", "auroc_bayes", "auroc_map", "gap_std"]
+PRIVACY_NOTE = ("epsilon of each DP-SGD release at delta = {delta} by three accountants: PRV (claimed), RDP (upper "
+                "bound) and PLD (dp-accounting, upper bound); PRV and RDP are below the target. Noise and Poisson "
+                "sampling come from OS entropy and are never stored{reproducible}. ExpM+NF rows: target_epsilon is "
+                "eps~, a training parameter of the flow; no DP guarantee is proven (auroc_median: median over the "
+                "flow's draws, each a candidate release; auroc_bayes: posterior-predictive average; auroc_map: "
+                "highest-utility draw; gap_std: spread of log q - eps~ u / 2s, 0 when the flow equals the mechanism). "
+                "Not covered by any guarantee: feature statistics fitted on the training split, hyperparameters "
+                "tuned on dev, and the cohort and split counts in this report. Non-private rows have no guarantee.")
+REPRODUCIBLE = ("; EXCEPT in this run: privacy.reproducible_noise seeded them from the configuration, so its DP-SGD "
+                "releases are NOT DP (an attacker with the configuration can replay them)")
 
 
 def _cell(value) -> str:
@@ -100,15 +105,26 @@ def _validation_lines(run_dir: Path) -> str:
     return "\n".join(lines) + "\n\n" if lines else ""
 
 
-def _budget_lines(run_dir: Path) -> str:
+def _eps(value) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def ledger_lines(run_dir: Path, privacy: PrivacyConfig) -> tuple[str, dict | None]:
+    """The dataset's composed guarantee after this run, from the ledger (Markdown, and the numbers)."""
     path = run_dir / "privacy_budget.json"
     if not path.exists():
-        return ""
+        return "", None
     b = json.loads(path.read_text())
-    return (f"Privacy ledger: dataset {b['dataset'][:12]} had {b['existing_releases']} earlier release(s); with this "
-            f"run's {b['planned_dp_releases']} DP-SGD release(s) its composed DP epsilon is "
-            f"{b['epsilon_dp_after_run']:.3g} at delta {b['delta']:.2g} (budget {b['budget_epsilon']}). "
-            "`privehr privacy ledger` shows every release.\n\n")
+    entries = [e for e in read_ledger(privacy.ledger_path) if e.dataset == b["dataset"]]
+    total = compose_entries(entries, privacy.delta)
+    status = (f"DP: epsilon {total.epsilon_dp:.4g} at delta {total.delta:.2g}" if total.dp else
+              "NOT DP (" + ", ".join(f"{n} release(s) {label}" for label, n in total.not_dp.items()) + ")")
+    text = (f"Privacy ledger: dataset {short_dataset(b['dataset'])}, {total.releases} release(s) recorded"
+            + (f", {total.pending} reserved and not yet trained" if total.pending else "")
+            + f" (this run reserved {b['planned']}). The dataset's guarantee: {status}. DP releases alone: epsilon "
+            f"PRV {_eps(total.epsilon_dp_prv)}, RDP {_eps(total.epsilon_dp_rdp)}, PLD {_eps(total.epsilon_dp_pld)} at "
+            f"delta {total.delta:.2g} (budget {b['budget_epsilon']}). `privehr privacy ledger` shows every release.\n\n")
+    return text, strict_json(total.as_dict())
 
 
 def _synthesis_lines(run_dir: Path) -> str:
@@ -123,7 +139,7 @@ def _synthesis_lines(run_dir: Path) -> str:
 
 
 @task(name="report")
-def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
+def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = PrivacyConfig()) -> dict:
     """Write results_runs.csv, results.csv, results.md, auroc_vs_epsilon.png and metrics.json."""
     run_dir = Path(run_dir)
     frame = pd.DataFrame(runs)
@@ -136,7 +152,8 @@ def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
             for r in summary.to_dict("records")]
     cohort = json.loads((run_dir / "cohort.json").read_text())
     split = json.loads((run_dir / "split_manifest.json").read_text())["counts"]
-    note = PRIVACY_NOTE.format(delta=delta)
+    note = PRIVACY_NOTE.format(delta=privacy.delta, reproducible=REPRODUCIBLE if privacy.reproducible_noise else "")
+    ledger_text, ledger_total = ledger_lines(run_dir, privacy)
     checks = check_dp_sgd_curves(frame) if len(frame) else []
     table = results_table(rows)
     markdown = (f"# privehr run {run_dir.name}\n\nMedian test metrics over seeds.\n\n{table}\n\n{note}\n\n"
@@ -145,13 +162,13 @@ def write_report(run_dir: str, runs: list[dict], delta: float = 1e-5) -> dict:
                 f"Cohort: {cohort['stays']} stays; exclusions "
                 f"{cohort['exclusions']}. Split (stays): train {split['train']['stays']}, dev "
                 f"{split['dev']['stays']}, test {split['test']['stays']}.\n\n{_validation_lines(run_dir)}"
-                f"{_budget_lines(run_dir)}{_synthesis_lines(run_dir)}Artifacts: `{run_dir}`\n")
+                f"{ledger_text}{_synthesis_lines(run_dir)}Artifacts: `{run_dir}`\n")
     (run_dir / "results.md").write_text(markdown)
     result = {"run_id": run_dir.name, "run_dir": str(run_dir), "results": rows, "runs": len(runs),
               "figure": str(figure), "expm_boxplots": str(boxplots) if boxplots else None, "privacy_note": note,
-              "dp_sgd_checks": checks,
+              "dp_sgd_checks": checks, "privacy_ledger": ledger_total,
               "cohort": {k: cohort[k] for k in ("stays", "label_rates", "exclusions")}, "split": split}
-    (run_dir / "metrics.json").write_text(json.dumps(result, indent=2, default=float))
+    (run_dir / "metrics.json").write_text(json.dumps(strict_json(result), indent=2, default=float, allow_nan=False))
     if in_prefect_run():
         create_table_artifact([{c: _cell(r.get(c)) for c in COLUMNS} for r in rows], key="privehr-results",
                               description=f"Median test metrics of run {run_dir.name}. {note}")

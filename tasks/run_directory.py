@@ -1,11 +1,14 @@
-"""Create ``artifacts/<run-id>/`` and record what the run was made from."""
+"""Create ``artifacts/<run-id>/`` and record what the run was made from; one process at a time per run."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import platform
 import secrets
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
@@ -15,9 +18,10 @@ from pydantic import BaseModel
 
 from privehr.config import PipelineConfig
 from privehr.errors import InputError
+from tasks.privacy_ledger import Ledger
 from tasks.run_logging import run_logger
 
-__all__ = ["create_run_directory", "new_run_id", "INTERMEDIATE"]
+__all__ = ["create_run_directory", "new_run_id", "INTERMEDIATE", "run_lock", "ledger_run"]
 
 INTERMEDIATE = "intermediate"  # patient-level derived data: as sensitive as data/, never in git
 
@@ -38,12 +42,23 @@ def _git_commit() -> str | None:
 def create_run_directory(config: PipelineConfig | BaseModel) -> str:
     """Make the run directory and write ``config.json`` and ``provenance.json``; return its path.
 
-    ``config`` is any run configuration with ``run_id`` and ``artifacts_dir`` (and optionally ``resume``)."""
+    ``config`` is any run configuration with ``run_id`` and ``artifacts_dir`` (and optionally ``resume``
+    and ``privacy``, whose ledger is proven writable here, before any private record is read)."""
+    if getattr(config, "privacy", None) is not None:
+        Ledger(config.privacy.ledger_path).check_writable()
     run_id = config.run_id or new_run_id()
     run_dir = Path(config.artifacts_dir) / run_id
     resume = getattr(config, "resume", False)
-    if run_dir.exists() and not resume:
-        raise InputError(f"run directory {run_dir} exists; choose another run id, or pass resume to continue it")
+    if not resume:
+        try:
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            run_dir.mkdir()  # atomic: of two runs given the same new id, one gets it
+        except FileExistsError:
+            raise InputError(f"run directory {run_dir} exists; choose another run id, or pass resume to continue "
+                             "it") from None
+        except OSError as err:
+            raise InputError(f"cannot create the run directory {run_dir} ({err.strerror}); make "
+                             f"{Path(config.artifacts_dir)} writable or pass another artifacts directory") from None
     if resume and (run_dir / "config.json").exists():
         previous = type(config).model_validate_json((run_dir / "config.json").read_text())
         if previous.model_copy(update={"resume": True}) != config:
@@ -63,3 +78,26 @@ def create_run_directory(config: PipelineConfig | BaseModel) -> str:
     (run_dir / "provenance.json").write_text(json.dumps(provenance, indent=2))
     run_logger().info("run %s: directory %s", run_id, run_dir)
     return str(run_dir)
+
+
+def ledger_run(run_dir: str | Path) -> str:
+    """The run's name in the privacy ledger: "<parent>/<run>" (artifacts/<run-id>, <run-id>/synthesis)."""
+    return "/".join(Path(run_dir).resolve().parts[-2:])
+
+
+@contextmanager
+def run_lock(run_dir: str | Path) -> Iterator[None]:
+    """Hold the run directory's lock: a second process continuing the same run is refused while this one lives."""
+    path = Path(run_dir) / ".lock"
+    fh = open(path, "a")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise InputError(f"run {Path(run_dir).name} is being run by another process; wait for it to finish, or "
+                         "start a new run id") from None
+    try:
+        yield
+    finally:
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()

@@ -15,7 +15,7 @@ from privehr.errors import InputError
 from tasks.cohort import load_cohort
 from tasks.run_logging import run_logger
 
-__all__ = ["split_cohort", "load_manifest"]
+__all__ = ["split_cohort", "load_manifest", "check_labels"]
 
 
 @task(name="split")
@@ -44,3 +44,17 @@ def split_cohort(cohort_path: str, config: SplitConfig, run_dir: str) -> str:
 
 def load_manifest(path: str) -> dict:
     return json.loads(Path(path).read_text())
+
+
+@task(name="check-labels")
+def check_labels(manifest_path: str, labels: list[str]) -> None:
+    """Stop the run before anything is trained when a label of the grid has a single class in a split."""
+    rates = load_manifest(manifest_path)["label_rates"]
+    for label in labels:
+        for split in SPLITS:
+            rate = rates[split][label]
+            if rate in (0.0, 1.0) or rate != rate:
+                value = "no stay" if rate != rate else f"every stay {int(rate)}"
+                raise InputError(f"label {label} has a single class in the {split} split ({value}): no classifier "
+                                 "can be trained or evaluated on it, and nothing was trained. Deliver stays with "
+                                 f"both outcomes, or leave {label} out of labels.")

@@ -4,8 +4,10 @@ patients, and its synthetic tables in original units, raw and truncated to the s
 Layout in the run directory (``job`` = ``imp<i>-<budget>-run<r>``):
 
 * ``releases/<job>.json``: the release record: mechanism, sigma, q, T, delta, epsilon (PRV, RDP,
-  GDP), mu, where the noise came from, the scaling and whether the guarantee covers it, the files;
-  the flow enters the privacy ledger as soon as it is trained;
+  PLD, GDP), mu, where the noise came from (never the seed), the guarantee ("DP", or "not DP" for
+  reproducible noise), the scaling and whether the guarantee covers it, the files; no count of
+  private patients unless the spec declares it public. The flow enters the privacy ledger as soon as
+  it is trained, under the reservation of the budget check, before it is saved anywhere;
 * ``synthetic/<job>-r<k>[-truncated].csv``: synthetic tables of DP flows whose scaling is
   data-independent (post-processing of a DP release: releasable);
 * ``intermediate/flows/<job>.pt`` (and the loss curve), and ``intermediate/synthetic/`` for the
@@ -26,18 +28,25 @@ from prefect import task
 from models.classifiers import seeded_build
 from models.derived_columns import add_derived
 from models.device import resolve_device
-from models.dp_nf import DensityHyperparameters, mean_log_likelihood, poisson_batch, train_density
+from models.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density
 from models.maf import MAF
+from models.noisy_count import noisy_count
+from models.privacy_ledger import GUARANTEES, LedgerEntry
+from models.randomness import NoiseSource
+from models.release_plan import ReleasePlan
 from models.table_scaling import AffineScaling
 from privehr.config import Budget, SynthesisConfig
 from privehr.specs import load_ehr_spec
 from tasks.compute import share_cores
-from tasks.privacy_ledger import planned_noise, record_release
+from tasks.privacy_ledger import record_release, strict_json
 from tasks.progress import progress_artifact
 from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import run_logger
 
-__all__ = ["synthesize", "imputed_tables"]
+__all__ = ["synthesize", "imputed_tables", "release_patient_count", "synthesis_plan", "synthetic_rows", "COUNT_KEY",
+           "needs_noisy_count"]
+
+COUNT_KEY = "patient-count"  # the reservation of the noisy patient count
 
 
 def imputed_tables(run_dir: str | Path, imputation: int) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
@@ -50,20 +59,65 @@ def imputed_tables(run_dir: str | Path, imputation: int) -> tuple[pd.DataFrame, 
 
 
 def _seed(job: dict) -> int:
-    """The job's seed for initialisation and sampling: distinct for every (imputation, budget, run)."""
+    """The job's seed for initialisation and for sampling tables from the released flow (public: neither is
+    DP randomness); distinct for every (imputation, budget, run)."""
     return int(hashlib.sha256(job["job_id"].encode()).hexdigest()[:8], 16)
 
 
+def synthesis_plan(config: SynthesisConfig, budget: Budget, n: int) -> ReleasePlan | None:
+    """The plan of a DP-NF flow on ``n`` patients at ``budget`` (None: non-private), known before training."""
+    if budget.kind == "non_private":
+        return None
+    nf = config.dpnf
+    return ReleasePlan.for_steps(n, nf.sample_rate, nf.steps, kind=budget.kind, value=budget.value,
+                                 delta=config.privacy.delta, max_grad_norm=nf.max_grad_norm)
+
+
+def needs_noisy_count(config: SynthesisConfig, spec) -> bool:
+    """Tables are sized by a noisy count unless rows is set or the spec declares the count public."""
+    return config.rows is None and not spec.public_patient_count
+
+
+def synthetic_rows(run_dir: str | Path, config: SynthesisConfig, spec, summary: dict) -> int:
+    """Rows per synthetic table: ``rows``, else the exact patient count if public, else the released noisy count."""
+    if config.rows is not None:
+        return config.rows
+    if spec.public_patient_count:
+        return summary["patients"]["train"] + summary["patients"]["test"]
+    return json.loads((Path(run_dir) / "released_count.json").read_text())["count"]
+
+
+@task(name="release-patient-count")
+def release_patient_count(run_dir: str, config: SynthesisConfig, reservation: str | None) -> int | None:
+    """Release the table's patient count with epsilon-DP noise (two-sided geometric) when the tables need it."""
+    spec = load_ehr_spec(config.spec)
+    out = Path(run_dir) / "released_count.json"
+    if not needs_noisy_count(config, spec) or out.exists():
+        return None
+    summary = json.loads((Path(run_dir) / "imputation.json").read_text())
+    noise = NoiseSource.reproducible(COUNT_KEY) if config.privacy.reproducible_noise else NoiseSource.secret()
+    count = noisy_count(summary["patients"]["train"] + summary["patients"]["test"], config.count_epsilon,
+                        noise.numpy_generator("count"))
+    record_release(config.privacy.ledger_path, reservation, LedgerEntry(
+        "", "", "dp", config.count_epsilon, guarantee="dp" if noise.is_dp else "reproducible", what="patient count"))
+    out.write_text(json.dumps({"count": count, "epsilon": config.count_epsilon, "mechanism": "two-sided geometric",
+                               "guarantee": noise.label}))
+    run_logger().info("released the patient count with noise (epsilon %g)", config.count_epsilon)
+    return count
+
+
 @task(name="synthesize")
-def synthesize(run_dir: str, job: dict, config: SynthesisConfig, dataset: str, device: str = "auto") -> str:
-    """Fit one DP-NF, record it in the privacy ledger, sample ``config.releases`` synthetic tables; return
-    the release record's path."""
+def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: str | None,
+               device: str = "auto") -> str:
+    """Fit one DP-NF, record it in the privacy ledger under ``reservation``, sample ``config.releases``
+    synthetic tables; return the release record's path."""
     run_dir_path = Path(run_dir)
     path = run_dir_path / "releases" / f"{job['job_id']}.json"
-    if config.resume and path.exists():  # written last: the flow and its tables are complete
+    if config.resume and path.exists():  # written last: the flow and its tables are complete (and recorded)
         run_logger().info("synthesize %s: done by an earlier attempt of this run", job["job_id"])
-        record_release(run_dir, path, dataset, str(config.ledger_path))  # in case that attempt died just before
         return str(path)
+    if reservation is None:
+        raise RuntimeError(f"synthesize {job['job_id']}: no reservation from the budget check")
     share_cores()
     spec = load_ehr_spec(config.spec)
     train, test, summary = imputed_tables(run_dir, job["imputation"])
@@ -75,20 +129,23 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, dataset: str, d
     x = torch.tensor(scaling.transform(train), dtype=torch.float32, device=target)
 
     budget, nf = Budget(**job["budget"]), config.dpnf
-    batch, _ = poisson_batch(len(x), nf.sample_rate)
-    sigma, q, _ = planned_noise(config, budget, len(x))
+    plan = synthesis_plan(config, budget, len(x))
     seed = _seed(job)
     flow = seeded_build(lambda: MAF(len(attributes), nf.blocks, nf.hidden_size, nf.hidden_layers), seed).to(target)
-    hp = DensityHyperparameters(learning_rate=nf.learning_rate, batch_size=batch, steps=nf.steps,
-                                max_grad_norm=nf.max_grad_norm, seed=seed)
-    release = train_density(flow, x, hp, sigma, config.delta,
-                            progress=progress_artifact(f"DP-NF {job['job_id']}: DP-SGD steps"),
-                            noise_seed=seed + 1 if nf.reproducible_noise else None)
+    hp = DensityHyperparameters(learning_rate=nf.learning_rate, batch_size=max(1, round(nf.sample_rate * len(x))),
+                                steps=nf.steps, seed=seed)
+    noise = NoiseSource.reproducible(job["job_id"]) if config.privacy.reproducible_noise else NoiseSource.secret()
+    release = train_density(flow, x, hp, plan, noise,
+                            progress=progress_artifact(f"DP-NF {job['job_id']}: DP-SGD steps"))
+    guarantee = "non_private" if plan is None else ("dp" if noise.is_dp else "reproducible")
+    record_release(config.privacy.ledger_path, reservation,  # at once: a later failure loses no entry
+                   LedgerEntry("", "", "non_private", what="DP-NF flow") if plan is None
+                   else plan.ledger_entry(guarantee, "DP-NF flow"))
 
     # held-out log-likelihood in original units: log p(x) = log p(z) - sum log scale (seed 001 Table 1)
     x_test = torch.tensor(scaling.transform(test), dtype=torch.float32, device=target)
     test_log_likelihood = mean_log_likelihood(flow, x_test) - float(np.log(scaling.scale_).sum())
-    releasable = release.mechanism == "dp_sgd" and not scaling.private_  # everything in it is covered by DP
+    releasable = guarantee == "dp" and not scaling.private_  # everything in it is covered by DP
     flows_dir = run_dir_path / INTERMEDIATE / "flows"
     out_dir = run_dir_path / ("synthetic" if releasable else f"{INTERMEDIATE}/synthetic")
     for folder in (flows_dir, out_dir, run_dir_path / "releases"):
@@ -97,7 +154,7 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, dataset: str, d
     # the loss curve is a statistic of the private training batches: kept with the patient-level files
     (flows_dir / f"{job['job_id']}.history.json").write_text(json.dumps(release.history))
 
-    rows = config.rows or summary["patients"]["train"] + summary["patients"]["test"]
+    rows = synthetic_rows(run_dir, config, spec, summary)
     generator = torch.Generator().manual_seed(seed + 7919)
     files, nonfinite = [], 0
     for k in range(config.releases):
@@ -110,14 +167,14 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, dataset: str, d
         for name, part in ((f"{job['job_id']}-r{k}.csv", table), (f"{job['job_id']}-r{k}-truncated.csv", truncated)):
             add_derived(part, spec.derived).to_csv(out_dir / name, index=False)
             files.append({"release": k, "truncated": name.endswith("-truncated.csv"), "path": str(out_dir / name)})
-    record = {"job": job, "budget_label": budget.label, **release.as_dict(),
-              "expected_batch": q * len(x), "training_patients": int(len(x)), "rows_per_table": rows,
+    record = {"job": job, "budget_label": budget.label, **release.as_dict(), "guarantee": GUARANTEES[guarantee],
+              **({"training_patients": int(len(x))} if spec.public_patient_count else {}), "rows_per_table": rows,
               "test_log_likelihood": test_log_likelihood, "nonfinite_rows_dropped": nonfinite,
               "scaling": {"kind": config.scaling, "inside_guarantee": not scaling.private_},
               "releasable": releasable, "files": files, "flow": str(flows_dir / f"{job['job_id']}.pt"),
               "model": {"blocks": nf.blocks, "hidden_size": nf.hidden_size, "hidden_layers": nf.hidden_layers}}
-    path.write_text(json.dumps(record, indent=2, default=float))
-    record_release(run_dir, path, dataset, str(config.ledger_path))  # at once: a later failure loses no entry
-    run_logger().info("synthesize %s: %s, T=%d, q=%.3g, epsilon %s; %d tables of %d rows (%d non-finite dropped)",
-                      job["job_id"], release.mechanism, nf.steps, q, release.epsilon, config.releases, rows, nonfinite)
+    path.write_text(json.dumps(strict_json(record), indent=2, default=float, allow_nan=False))
+    run_logger().info("synthesize %s: %s (%s), T=%d, epsilon %s; %d tables (%d non-finite rows dropped)",
+                      job["job_id"], release.mechanism, GUARANTEES[guarantee], nf.steps, release.epsilon,
+                      config.releases, nonfinite)
     return str(path)

@@ -14,6 +14,7 @@ import pandas as pd
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from privehr.specs import load_ehr_spec
 from tasks.figures import plot_marginals, plot_synthesis_utility
 from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import in_prefect_run, run_logger
@@ -21,8 +22,9 @@ from tasks.synthesis import imputed_tables
 
 __all__ = ["write_synthesis_report", "seed002_table", "synthesis_results", "raw_accuracy"]
 
-RELEASE_COLUMNS = ["budget_label", "mechanism", "noise_multiplier", "sample_rate", "steps", "max_grad_norm", "delta",
-                   "epsilon_prv", "epsilon_rdp", "mu", "epsilon_gdp", "noise_source"]
+RELEASE_COLUMNS = ["budget_label", "mechanism", "guarantee", "noise_multiplier", "sample_rate", "steps",
+                   "max_grad_norm", "delta", "epsilon_prv", "epsilon_rdp", "epsilon_pld", "mu", "epsilon_gdp",
+                   "noise_source"]
 FIDELITY = ["ks_mean", "wasserstein_sd_mean", "kendall_tau_rmse", "detection_auroc", "share_closer_to_train",
             "dcr_train_median", "dcr_holdout_median"]
 
@@ -37,8 +39,7 @@ def synthesis_results(record_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFra
                                                                  "imputation": record["job"]["imputation"],
                                                                  "run": record["job"]["run"],
                                                                  "nonfinite_rows_dropped": record["nonfinite_rows_dropped"],
-                                                                 "test_log_likelihood": record["test_log_likelihood"],
-                                                                 "noise_source": record["noise_source"]}
+                                                                 "test_log_likelihood": record["test_log_likelihood"]}
         releases.append(release)
         tables += [release | {k: v for k, v in row.items() if k != "per_column"} for row in evaluation["rows"]]
     return pd.DataFrame(tables), pd.DataFrame(releases)
@@ -100,6 +101,7 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
                                     run_dir_path / "utility_vs_budget.png")
     train, _, summary = imputed_tables(run_dir, 0)
     dp_tables = results[(results["imputation"] == 0) & (results["mechanism"] == "dp_sgd") & ~results["truncated"]]
+    public_count = load_ehr_spec(config.spec).public_patient_count
     marginals = None
     if len(dp_tables):
         loosest = _budget_order(dp_tables["budget_label"])[0]
@@ -109,19 +111,25 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
         marginals = plot_marginals(train[summary["attributes"]], table[summary["attributes"]],
                                    run_dir_path / INTERMEDIATE / "marginals.png",
                                    title=f"real (training) vs synthetic, {loosest}")
+    not_dp = sorted(set(releases["guarantee"]) - {"DP"})
     guarantee = ("The DP guarantee covers each flow's training on the imputed training patients (PRV epsilon; RDP "
-                 "and the GDP mu alongside; GDP's CLT can underestimate); noise and Poisson sampling come from OS "
-                 "entropy unless the run asked for reproducible noise. Not covered: validation, MICE (fitted on "
-                 "the private training patients), dropping attributes by missingness"
+                 "and PLD alongside, and the GDP mu, whose CLT can underestimate); noise and Poisson sampling come "
+                 "from OS entropy and are never stored. "
+                 + (f"Releases marked {', '.join(not_dp)} have no guarantee. " if not_dp else "")
+                 + ("Table sizes: the spec declares the patient count public. " if public_count else
+                    "Table sizes: a patient count released with two-sided geometric noise (in the ledger). ")
+                 + "Not covered: validation, MICE (fitted on the private training patients), dropping attributes "
+                   "by missingness on the training patients"
                  + ("" if config.scaling == "bounds" else ", the scaling by training means and standard "
                     "deviations (visible in every synthetic table, so those tables stay under intermediate/)")
                  + ", and the evaluation numbers in this report (utility, fidelity, DCR, held-out log-likelihood: "
                    "aggregates computed on real patients without noise). All flows of one table compose: the "
                    "privacy ledger holds the total. The mu = infinity (non-private) tables are comparisons only and "
                    "stay under intermediate/, as does the real-vs-synthetic marginals figure.")
+    patients = (f"{summary['patients']['train']} training / {summary['patients']['test']} test patients, "
+                if public_count else "")
     markdown = "\n\n".join([
-        f"# DP-NF synthesis: {summary['spec']} ({summary['patients']['train']} training / "
-        f"{summary['patients']['test']} test patients, {len(summary['attributes'])} attributes, m = {summary['m']})",
+        f"# DP-NF synthesis: {summary['spec']} ({patients}{len(summary['attributes'])} attributes, m = {summary['m']})",
         f"{len(releases)} flows, {len(results)} synthetic tables (raw and truncated to the spec's bounds).",
         "## SVM accuracy, hypertension (train on synthetic, test on real; mean (SD) over runs x releases)",
         _markdown(svm), "## Random forest MSE, mean PAP", _markdown(rf),

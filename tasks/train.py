@@ -4,6 +4,11 @@ Search: configurations are trained on train and scored by dev AUROC (non-private
 dev and record the best epoch). Final fits: the chosen configuration on train+dev, evaluated once on
 test (seed 000, Appendix D). Every task writes its files into the run directory and returns only
 aggregate numbers.
+
+Privacy: a DP-SGD fit (final or search trial) trains by its :class:`~models.release_plan.ReleasePlan`
+(the one the budget check reserved) with noise from :func:`noise_source`, and enters the ledger as
+soon as it is trained, before its model is written anywhere (:func:`tasks.privacy_ledger.record_release`);
+non-private and ExpM+NF fits enter it the same way, as releases without a DP guarantee.
 """
 
 from __future__ import annotations
@@ -22,15 +27,45 @@ from models.device import resolve_device
 from models.dp_sgd import DPSGDHyperparameters, train_dp_sgd
 from models.hyperparameter_search import SEARCH_SPACES, sample_configurations
 from models.metrics import binary_metrics
+from models.privacy_ledger import GUARANTEES, LedgerEntry
+from models.randomness import NoiseSource
+from models.release_plan import ReleasePlan
 from models.training import TrainingHyperparameters, fit_binary_classifier, predict_proba
-from privehr.config import Cell, TrainingConfig
+from privehr.config import Cell, PrivacyConfig, TrainingConfig
+from tasks.compute import share_cores
 from tasks.expm_nf import default_expm_hyperparameters, fit_expm_nf
 from tasks.features import load_split
-from tasks.compute import share_cores
+from tasks.privacy_ledger import record_release
 from tasks.progress import progress_artifact
 from tasks.run_logging import run_logger
 
-__all__ = ["search_hyperparameters", "fit_and_evaluate", "default_hyperparameters"]
+__all__ = ["search_hyperparameters", "fit_and_evaluate", "default_hyperparameters", "dp_sgd_plan", "noise_source",
+           "search_configurations", "saved_search", "saved_fit", "fit_key", "trial_key"]
+
+
+def noise_source(privacy: PrivacyConfig, *key) -> NoiseSource:
+    """The release's randomness: OS entropy, or (``privacy.reproducible_noise``, not DP) seeded by ``key``."""
+    return NoiseSource.reproducible(*key) if privacy.reproducible_noise else NoiseSource.secret()
+
+
+def dp_sgd_plan(n: int, hp: dict, cell: Cell, privacy: PrivacyConfig) -> ReleasePlan:
+    """The release plan of a DP-SGD fit of ``hp`` on ``n`` stays at the cell's target epsilon."""
+    return ReleasePlan.for_epochs(n, hp["batch_size"], hp["epochs"], target_epsilon=cell.target_epsilon,
+                                  delta=privacy.delta, max_grad_norm=hp["max_grad_norm"])
+
+
+def fit_key(cell: Cell, seed: int) -> str:
+    return f"{cell.cell_id}/seed{seed}"
+
+
+def trial_key(cell: Cell, trial: int) -> str:
+    return f"{cell.cell_id}/trial{trial}"
+
+
+def _guarantee(method: str, privacy: PrivacyConfig) -> str:
+    if method == "dp_sgd":
+        return "reproducible" if privacy.reproducible_noise else "dp"
+    return "unproven" if method == "expm_nf" else "non_private"
 
 
 def default_hyperparameters(cell: Cell, training: TrainingConfig) -> dict:
@@ -57,10 +92,11 @@ def _data(features_dir: str, splits: list[str], cell: Cell, device) -> tuple[tup
     return classifier_inputs(cell.model, values, mask, delta, device), y, values.shape[2], values.shape[1]
 
 
-def _train(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int, dev_data=None):
-    """Train one model; return (model, info) where info holds epochs and, for DP-SGD, the privacy spent."""
+def _train(cell: Cell, hp: dict, training: TrainingConfig, privacy: PrivacyConfig, data, seed: int,
+           reservation: str | None, what: str, dev_data=None):
+    """Train one model and enter it in the ledger; return (model, info): epochs and, for DP-SGD, the plan's record."""
     inputs, y, n_vars, n_hours = data
-    progress = progress_artifact(f"{cell.cell_id} seed {seed}: {'search' if dev_data else 'fit'} epochs")
+    progress = progress_artifact(f"{cell.cell_id} seed {seed}: {what} epochs")
     model = build_classifier(cell.model, n_vars, n_hours, seed=seed, hidden_size=hp.get("hidden_size", 32),
                              batch_norm=training.grud.batch_norm and cell.method == "non_private").to(y.device)
     if cell.method == "non_private":
@@ -69,17 +105,18 @@ def _train(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int, dev_
                                          patience=training.non_private.patience, seed=seed,
                                          early_stopping=training.non_private.early_stopping)
         result = fit_binary_classifier(model, inputs, y, *(dev_data or (None, None)), params, cell.loss, progress)
+        if reservation is not None:
+            record_release(privacy.ledger_path, reservation, LedgerEntry("", "", "non_private", what=what))
         return model, {"epochs": result.best_epoch if dev_data else result.epochs_run,
                        "dev_auroc": result.best_dev_auroc}
-    # data order, Poisson sampling and noise seeded per release: cells that differ only in epsilon must not share
-    # their noise draws (the ledger composes releases as independent mechanisms)
-    release_seed = int(hashlib.sha256(f"{cell.cell_id}/seed{seed}".encode()).hexdigest()[:8], 16)
-    params = DPSGDHyperparameters(learning_rate=hp["learning_rate"], weight_decay=hp["weight_decay"],
-                                  batch_size=hp["batch_size"], epochs=hp["epochs"],
-                                  max_grad_norm=hp["max_grad_norm"], seed=release_seed)
-    model, result = train_dp_sgd(model, inputs, y, params, cell.target_epsilon, training.dp_sgd.delta, cell.loss,
-                                 progress=progress)
-    info = {"epochs": hp["epochs"], **result.privacy.as_dict()}
+    plan = dp_sgd_plan(len(y), hp, cell, privacy)
+    if reservation is None:
+        raise RuntimeError(f"{cell.cell_id} {what}: a DP-SGD release needs a reservation from the budget check")
+    noise = noise_source(privacy, cell.cell_id, what, seed)
+    model, result = train_dp_sgd(model, inputs, y, DPSGDHyperparameters(hp["learning_rate"], hp["weight_decay"]),
+                                 plan, noise, cell.loss, progress=progress)
+    record_release(privacy.ledger_path, reservation, plan.ledger_entry(_guarantee("dp_sgd", privacy), what))
+    info = {"epochs": hp["epochs"], **plan.record(), "noise_source": noise.kind}
     if dev_data:
         info["dev_auroc"] = binary_metrics(dev_data[1].cpu().numpy(), predict_proba(model, dev_data[0]))["auroc"]
     return model, info
@@ -103,37 +140,70 @@ def _reuse(path: Path, key: str, field: str = "value"):
     return None
 
 
+def search_configurations(cell: Cell, training: TrainingConfig) -> list[dict]:
+    """The configurations the search trains, in order (the first is the defaults); known before any training.
+
+    DP-SGD's search spaces leave out what sets the privacy plan (batch size, epochs), so the plan of
+    every trial and of the final fit is known before the budget check.
+    """
+    defaults = default_hyperparameters(cell, training)
+    if training.search_budget == 1:
+        return [defaults]
+    space = {k: v for k, v in SEARCH_SPACES[(cell.model, cell.method)].items() if k in defaults}
+    return sample_configurations(defaults, space, training.search_budget, training.search_seed)
+
+
+def _search_path(run_dir: str, cell: Cell) -> Path:
+    return Path(run_dir) / "search" / f"{cell.cell_id}.json"
+
+
+def saved_search(run_dir: str, cell: Cell, training: TrainingConfig) -> dict | None:
+    """The chosen hyperparameters of a search an earlier attempt of this run finished, else None."""
+    return _reuse(_search_path(run_dir, cell), _result_key(run_dir, cell.model_dump(), training.model_dump()), "chosen")
+
+
+def _fit_path(run_dir: str, cell: Cell, seed: int) -> Path:
+    return Path(run_dir) / "models" / f"{cell.cell_id}-seed{seed}.json"
+
+
+def saved_fit(run_dir: str, cell: Cell, hyperparameters: dict, seed: int, training: TrainingConfig) -> dict | None:
+    """The result row of a fit an earlier attempt of this run finished, else None."""
+    key = _result_key(run_dir, cell.model_dump(), hyperparameters, seed, training.model_dump())
+    return _reuse(_fit_path(run_dir, cell, seed), key)
+
+
 @task(name="search-hyperparameters")
-def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConfig, run_dir: str,
-                           device: str = "auto") -> dict:
-    """Try ``training.search_budget`` configurations on train/dev; write ``search/<cell>.json``; return the best."""
-    out = Path(run_dir) / "search" / f"{cell.cell_id}.json"
+def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConfig, privacy: PrivacyConfig,
+                           run_dir: str, reservations: dict[str, str], device: str = "auto") -> dict:
+    """Try ``training.search_budget`` configurations on train/dev; write ``search/<cell>.json``; return the best.
+
+    Each DP-SGD trial is a release on the training split, trained under its reservation and recorded."""
+    out = _search_path(run_dir, cell)
     key = _result_key(run_dir, cell.model_dump(), training.model_dump())
     if (chosen := _reuse(out, key, "chosen")) is not None:
         run_logger().info("search %s: reused the result of an earlier attempt", cell.cell_id)
         return chosen
     share_cores()
     dev = resolve_device(device)
-    defaults = default_hyperparameters(cell, training)
+    configs = search_configurations(cell, training)
     trials = []
-    if training.search_budget == 1 and cell.method in ("dp_sgd", "expm_nf"):
-        chosen = defaults  # nothing to choose: a fixed, accounted number of epochs (DP-SGD) or steps (ExpM+NF)
+    if len(configs) == 1 and cell.method in ("dp_sgd", "expm_nf"):
+        chosen = configs[0]  # nothing to choose: a fixed, accounted number of epochs (DP-SGD) or steps (ExpM+NF)
     else:
-        space = {k: v for k, v in SEARCH_SPACES[(cell.model, cell.method)].items() if k in defaults}
-        configs = sample_configurations(defaults, space, training.search_budget, training.search_seed)
         train = _data(features_dir, ["train"], cell, dev)
         dev_inputs, dev_y, *_ = _data(features_dir, ["dev"], cell, dev)
-        for hp in configs:
+        for k, hp in enumerate(configs):
             if cell.method == "expm_nf":
                 info = {"dev_auroc": fit_expm_nf(cell, hp, training, train, training.search_seed,
                                                  (dev_inputs, dev_y))["auroc"], "epochs": None}
             else:
-                _, info = _train(cell, hp, training, train, training.search_seed, (dev_inputs, dev_y))
+                _, info = _train(cell, hp, training, privacy, train, training.search_seed,
+                                 reservations.get(trial_key(cell, k)), f"search trial {k}", (dev_inputs, dev_y))
             trials.append({"hyperparameters": hp, "dev_auroc": info["dev_auroc"], "epochs": info["epochs"]})
         scores = [t["dev_auroc"] if np.isfinite(t["dev_auroc"]) else -np.inf for t in trials]
         best = trials[int(np.argmax(scores))]
         chosen = dict(best["hyperparameters"])
-        if best["epochs"] is not None:
+        if best["epochs"] is not None and cell.method == "non_private":
             chosen["epochs"] = max(1, int(best["epochs"]))
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"key": key, "cell": cell.model_dump(), "budget": training.search_budget, "trials": trials,
@@ -144,15 +214,17 @@ def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConf
 
 @task(name="fit-and-evaluate")
 def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed: int, training: TrainingConfig,
-                     run_dir: str, device: str = "auto") -> dict:
+                     privacy: PrivacyConfig, run_dir: str, reservation: str | None, device: str = "auto") -> dict:
     """Fit on train+dev with the chosen hyperparameters and ``seed``; return test metrics (aggregates only).
 
-    The row is saved next to the model; a resumed run returns it instead of training again.
+    The release enters the ledger under ``reservation`` as soon as it is trained; the row is saved next
+    to the model, and a resumed run returns it instead of training again (an unfinished fit is
+    retrained with fresh noise, as a new release under a new reservation).
     """
     out_dir = Path(run_dir) / "models"
     out_dir.mkdir(exist_ok=True)
     key = _result_key(run_dir, cell.model_dump(), hyperparameters, seed, training.model_dump())
-    result_path = out_dir / f"{cell.cell_id}-seed{seed}.json"
+    result_path = _fit_path(run_dir, cell, seed)
     if (row := _reuse(result_path, key)) is not None:
         run_logger().info("fit %s seed %d: reused the result of an earlier attempt", cell.cell_id, seed)
         return row
@@ -162,18 +234,23 @@ def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed:
     data = _data(features_dir, ["train", "dev"], cell, dev)
     test_inputs, test_y, *_ = _data(features_dir, ["test"], cell, dev)
     if cell.method == "expm_nf":
+        if reservation is None:
+            raise RuntimeError(f"{cell.cell_id} seed {seed}: no reservation from the budget check")
         metrics = fit_expm_nf(cell, hyperparameters, training, data, seed, (test_inputs, test_y),
-                              out_dir / f"{cell.cell_id}-seed{seed}.pt")
+                              out_dir / f"{cell.cell_id}-seed{seed}.pt",
+                              before_saving=lambda: record_release(privacy.ledger_path, reservation, LedgerEntry(
+                                  "", "", "expm_nf", cell.target_epsilon, what="final fit")))
         info = {}
     else:
-        model, info = _train(cell, hyperparameters, training, data, seed)
+        model, info = _train(cell, hyperparameters, training, privacy, data, seed, reservation, "final fit")
         metrics = binary_metrics(test_y.cpu().numpy(), predict_proba(model, test_inputs))
         torch.save({"cell": cell.model_dump(), "seed": seed, "hyperparameters": hyperparameters,
                     "state_dict": {k: v.cpu() for k, v in model.state_dict().items()}, "training": info},
                    out_dir / f"{cell.cell_id}-seed{seed}.pt")
     row = {**cell.model_dump(), "seed": seed, "device": str(dev), **metrics,
-           **{k: info.get(k) for k in ("epochs", "epsilon_prv", "epsilon_rdp", "noise_multiplier", "sample_rate",
-                                        "steps", "delta", "accountant")},
+           **{k: info.get(k) for k in ("epochs", "epsilon_prv", "epsilon_rdp", "epsilon_pld", "noise_multiplier",
+                                        "sample_rate", "steps", "delta", "accountant", "noise_source")},
+           "guarantee": GUARANTEES[_guarantee(cell.method, privacy)],
            "fit_seconds": round(time.perf_counter() - start, 2)}
     result_path.write_text(json.dumps({"key": key, "value": row}))  # last: marks the cell as done
     run_logger().info("fit %s seed %d: test AUROC %.3f%s", cell.cell_id, seed, metrics["auroc"],

@@ -32,7 +32,8 @@ def summary_markdown(summary: dict) -> str:
         if key in summary:
             lines.append(f"- {key.replace('_', ' ')}: {summary[key]}")
     if summary.get("dropped_attributes"):
-        lines.append(f"- dropped attributes ({summary['drop_rule']}): "
+        lines.append(f"- attributes the missingness rule drops on the whole delivery ({summary['drop_rule']}; "
+                     "training decides it on its own patients): "
                      + ", ".join(f"{k} ({v} missing)" for k, v in summary["dropped_attributes"].items()))
     for table, counts in summary["quarantine"].items():
         reasons = "; ".join(f"{r}: {n}" for r, n in counts["by_reason"].items()) or "none"

@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from privehr.cli import main
 
 
@@ -47,21 +49,29 @@ def test_config_json_applies_overrides(tmp_path, capsys):
     assert main(["config", "--config", str(cfg)]) == 2
 
 
-def test_privacy_ledger_command(tmp_path, capsys):
-    import math
-
+def test_privacy_ledger_command_shows_not_dp_and_the_dp_only_total_in_strict_json(tmp_path, capsys):
+    from models.privacy_accounting import epsilon_spent
     from models.privacy_ledger import LedgerEntry
-    from tasks.privacy_ledger import append_entries
+    from tasks.privacy_ledger import Ledger
 
     ledger = tmp_path / "ledger.jsonl"
-    append_entries(ledger, [LedgerEntry("abc", "m1", "dp", 0.5, 1e-6), LedgerEntry("abc", "m2", "dp", 0.25, 1e-6),
-                            LedgerEntry("abc", "m3", "expm_nf", 2.0), LedgerEntry("abc", "m4", "non_private", math.inf)])
+    sgd = epsilon_spent(1.0, 0.05, 200, 1e-5)
+    with Ledger(ledger).transaction() as tx:
+        tx.append([LedgerEntry("abc", "m1", "dp", 0.5, 1e-6), LedgerEntry("abc", "m2", "dp", 0.25, 1e-6),
+                   LedgerEntry("abc", "s1", "dp_sgd", sgd.epsilon, 1e-5, 1.0, 0.05, 200),
+                   LedgerEntry("abc", "m3", "expm_nf", 2.0), LedgerEntry("abc", "m4", "non_private")])
+    assert "Infinity" not in ledger.read_text() and "NaN" not in ledger.read_text()
     assert main(["privacy", "ledger", "--ledger", str(ledger), "--json"]) == 0
-    (dataset,) = json.loads(capsys.readouterr().out)["datasets"]
-    assert dataset["epsilon_dp"] == 0.75 and dataset["unproven_epsilon_tilde"] == [2.0]
+    out = capsys.readouterr().out
+    (dataset,) = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in --json output"))["datasets"]
+    assert dataset["dp"] is False and dataset["epsilon"] is None and dataset["guarantee"] == "not DP"
+    assert dataset["epsilon_other_basic"] == 0.75 and dataset["unproven_epsilon_tilde"] == [2.0]
+    assert dataset["epsilon_dp"] == pytest.approx(0.75 + sgd.epsilon, rel=0.02)
+    assert dataset["epsilon_dp_pld"] <= dataset["epsilon_dp_rdp"]
     assert main(["privacy", "ledger", "--ledger", str(ledger)]) == 0
     out = capsys.readouterr().out
-    assert "no proven guarantee" in out and "inf (a non-private release exists)" in out
+    assert "total guarantee: NOT DP" in out and "1 release(s) not DP (non-private)" in out
+    assert "DP releases alone (DP-only total): epsilon" in out and "no proven guarantee" in out
 
 
 def test_privacy_convert_reproduces_seed_002(capsys):

@@ -11,7 +11,9 @@ def test_dask_cluster_runs_the_grid_like_the_thread_pool(tmp_path, small_extract
     def config(name):
         return PipelineConfig.model_validate({
             "data": {"hdf5_path": str(small_extract)}, "artifacts_dir": str(tmp_path), "run_id": name,
-            "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp_path / f"{name}.jsonl")},
+            "versioning": {"dvc": False},
+            # the runners are compared number for number, so the DP noise is seeded (and every release marked not DP)
+            "privacy": {"ledger_path": str(tmp_path / f"{name}.jsonl"), "reproducible_noise": True},
             "training": {"models": ["logistic_regression"], "seeds": 2, "non_private": {"max_epochs": 2},
                          "dp_sgd": {"epochs": 1, "epsilons": [1.0]},
                          "expm_nf": {"epsilons": [1.0], "steps": 3, "eval_samples": 3}}})
@@ -20,6 +22,7 @@ def test_dask_cluster_runs_the_grid_like_the_thread_pool(tmp_path, small_extract
     on_threads = pipeline(config("threads"))
     assert on_cluster["runs"] == on_threads["runs"] == 2 * 3 * 2  # labels x (non-private, DP-SGD, ExpM+NF) x seeds
     assert on_cluster["results"] == on_threads["results"]  # seeded everywhere: same numbers on any runner
+    assert {r["guarantee"] for r in on_threads["results"] if r["method"] == "dp_sgd"} == {"not DP (reproducible noise)"}
     results = [p for p in (Path(tmp_path) / "dask" / "models").glob("*.json") if not p.name.endswith(".draws.json")]
     rows = [json.loads(p.read_text())["value"] for p in results]
     assert len(rows) == 12  # every fit ran in a worker process and wrote its result into the shared run directory

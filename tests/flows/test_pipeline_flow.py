@@ -41,22 +41,30 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
     assert "| expm_nf | l2 | 1 |" in report and "expm_nf_auroc_boxplots.png" in report
     assert (run_dir / "expm_nf_auroc_boxplots.png").stat().st_size > 10_000
     assert "Validation of `all_hourly_data.h5`: passed, 30 expectations" in report
-    assert "Privacy ledger: dataset" in report and "16 DP-SGD release(s)" in report
+    assert "Privacy ledger: dataset" in report and "The dataset's guarantee: NOT DP" in report  # non-private cells
+    assert "| not DP (non-private) |" in report and "| DP |" in report
+    assert "| not DP (ExpM+NF: eps~ is a training parameter, no guarantee is proven) |" in report
+    ledger = metrics["privacy_ledger"]
+    assert ledger["releases"] == metrics["runs"] and ledger["pending"] == 0 and not ledger["dp"]
+    assert ledger["counts"] == {"dp_sgd": 16, "non_private": 8, "expm_nf": 8}
+    assert ledger["epsilon_dp_pld"] <= ledger["epsilon_dp_rdp"] and ledger["epsilon"] is None
     checks = {(c["label"], c["model"]): c for c in metrics["dp_sgd_checks"]}
     assert set(checks) == {(lb, m) for lb in ("mort_icu", "los_3") for m in ("logistic_regression", "grud")}
     for (label, model), c in checks.items():
         assert c["epsilons"] == [1.0, 10.0] and c["auroc_medians"] == [
             rows[(label, model, "dp_sgd", e)]["auroc_median"] for e in (1.0, 10.0)]
-        assert c["non_private_baseline"] == rows[(label, model, "non_private", float("inf"))]["auroc_median"]
+        assert c["non_private_baseline"] == rows[(label, model, "non_private", None)]["auroc_median"]
         assert f"- {label} / {model} / bce: AUROC" in report
     for (label, model, method, eps), r in rows.items():
         assert 0 <= r["auroc_median"] <= 1
         if method == "dp_sgd":
-            assert r["epsilon_prv"] <= eps and r["epsilon_rdp"] <= eps
+            assert r["epsilon_prv"] <= eps and r["epsilon_rdp"] <= eps and r["epsilon_pld"] <= r["epsilon_rdp"]
+            assert r["guarantee"] == "DP"
     assert json.loads((run_dir / "ingest.json").read_text())["sha256"] == before
     assert hashlib.sha256(small_extract.read_bytes()).hexdigest() == before
     assert PipelineConfig.model_validate_json((run_dir / "config.json").read_text()) == config
     assert os.listdir(run_dir / "intermediate")  # patient-level data stays in the run, not in Prefect
+    json.loads((run_dir / "metrics.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in metrics.json"))
 
 
 def test_invalid_parameters_are_refused_before_running():
@@ -66,8 +74,10 @@ def test_invalid_parameters_are_refused_before_running():
         pipeline(config={"split": {"train": 0.8, "dev": 0.1, "test": 0.2}})
 
 
-def test_a_restarted_run_does_not_redo_finished_cells(tmp_path, small_extract):
-    from tasks.privacy_ledger import read_ledger
+def test_a_restarted_run_does_not_redo_finished_cells_and_retrains_the_rest_with_fresh_noise(tmp_path, small_extract):
+    import torch
+
+    from tasks.privacy_ledger import ledger_totals, read_ledger
 
     config = PipelineConfig.model_validate({
         "data": {"hdf5_path": str(small_extract)}, "artifacts_dir": str(tmp_path), "run_id": "resumable",
@@ -80,13 +90,22 @@ def test_a_restarted_run_does_not_redo_finished_cells(tmp_path, small_extract):
     assert len(results) == 2 * 2 * 2  # labels x (non-private, dp) x seeds
     lost = models / "mort_icu-logistic_regression-dp_sgd-bce-eps1-seed1.json"  # as if killed before it finished
     lost.unlink()
+    old_weights = torch.load(lost.with_suffix(".pt"))["state_dict"]
     kept = {p: p.stat().st_mtime_ns for p in results if p != lost}
+    (before,) = ledger_totals(tmp_path / "ledger.jsonl")
 
     with pytest.raises(Exception, match="exists"):
         pipeline(config)  # the same run id without resume is refused
     second = pipeline(config.model_copy(update={"resume": True}))
     assert lost.exists()
     assert all(p.stat().st_mtime_ns == t for p, t in kept.items())  # finished cells were not retrained
-    assert second["results"] == first["results"]  # seeded data order and noise: the retrained cell is identical
-    releases = [e.release for e in read_ledger(tmp_path / "ledger.jsonl")]
-    assert len(releases) == len(set(releases)) == 8
+    new_weights = torch.load(lost.with_suffix(".pt"))["state_dict"]
+    assert not all(torch.equal(old_weights[k], new_weights[k]) for k in old_weights)  # fresh noise, a new release
+    same = [r for r in first["results"] if r["method"] == "non_private"]
+    assert [r for r in second["results"] if r["method"] == "non_private"] == same
+    entries = read_ledger(tmp_path / "ledger.jsonl")
+    releases = [e.release for e in entries]
+    assert len(releases) == len(set(releases))  # ids are never reused
+    (after,) = ledger_totals(tmp_path / "ledger.jsonl")
+    assert after.releases == before.releases + 1 == 9  # the retrained cell is one more release, counted
+    assert after.pending == 0 and after.epsilon_dp > before.epsilon_dp

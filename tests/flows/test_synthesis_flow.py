@@ -24,7 +24,8 @@ def synthesis_run(tmp_path_factory):
     digest = hashlib.sha256(table.read_bytes()).hexdigest()
     config = SynthesisConfig(path=table, mice={"m": 2, "max_iter": 3, "trace": False}, mus=[2.0], epsilons=[5.0],
                              runs=1, releases=2, dpnf={"steps": 60, "blocks": 2, "hidden_size": 16},
-                             artifacts_dir=root / "artifacts", run_id="synth", ledger_path=root / "ledger.jsonl")
+                             artifacts_dir=root / "artifacts", run_id="synth",
+                             privacy={"ledger_path": root / "ledger.jsonl"})
     summary = synthesize_ehr(config, "cpu")
     return config, summary, table, digest
 
@@ -37,18 +38,23 @@ def test_every_release_is_recorded_with_its_cost(synthesis_run):
     assert len(records) == 2 * 3  # m x (non-private, mu 2, epsilon 5) x runs
     for r in records:
         assert math.isfinite(r["test_log_likelihood"])
+        assert r["training_patients"] == 62  # the spec declares Harrod's patient count public
         if r["mechanism"] == "non_private":
-            assert r["noise_multiplier"] is None and math.isinf(r["epsilon"])
+            assert r.get("noise_multiplier") is None and r["epsilon"] is None
+            assert r["guarantee"] == "not DP (non-private)"
             continue
-        for key in ("noise_multiplier", "sample_rate", "steps", "delta", "epsilon_prv", "epsilon_rdp", "mu"):
+        for key in ("noise_multiplier", "sample_rate", "steps", "delta", "epsilon_prv", "epsilon_rdp", "epsilon_pld",
+                    "mu"):
             assert r[key] is not None, key
-        assert r["steps"] == 60 and r["delta"] == config.delta
+        assert r["steps"] == 60 and r["delta"] == config.privacy.delta and r["guarantee"] == "DP"
+        assert r["epsilon_pld"] <= r["epsilon_rdp"]
         if r["job"]["budget"]["kind"] == "mu":
             assert r["mu"] == pytest.approx(2.0)
         else:
             assert max(r["epsilon_prv"], r["epsilon_rdp"]) <= 5.0
         assert r["scaling"] == {"kind": "bounds", "inside_guarantee": True} and r["releasable"]
         assert r["noise_source"] == "os_entropy" and "seed" not in r and "history" not in r
+        assert "n" not in r and "expected_batch" not in r
 
 
 def test_tables_are_in_original_units_and_where_they_belong(synthesis_run):
@@ -74,10 +80,11 @@ def test_report_ledger_artifacts_and_untouched_input(synthesis_run):
         assert heading in report
     assert (run_dir / "utility_vs_budget.png").stat().st_size > 0
     assert (run_dir / "intermediate" / "marginals.png").exists() and not (run_dir / "marginals.png").exists()
-    entries = read_ledger(config.ledger_path)
+    entries = [e for e in read_ledger(config.privacy.ledger_path) if e.status == "released"]
     assert len(entries) == 6 and sum(e.mechanism == "dp_sgd" for e in entries) == 4
-    (total,) = ledger_totals(config.ledger_path)
-    assert math.isinf(total.epsilon) and total.epsilon_dp > 5.0  # 2 imputations' flows compose
+    (total,) = ledger_totals(config.privacy.ledger_path)
+    assert not total.dp and total.epsilon is None and total.epsilon_dp > 5.0  # 2 imputations' flows compose
+    assert total.pending == 0 and total.releases == 6
     assert hashlib.sha256(table.read_bytes()).hexdigest() == digest
 
     async def keys():
@@ -93,12 +100,40 @@ def test_a_run_over_the_tables_budget_trains_nothing(tmp_path):
     table = tmp_path / "EHR_dataset.csv"
     write_demo_ehr(table, seed=0)
     config = SynthesisConfig(path=table, mice={"m": 1, "max_iter": 2, "trace": False}, mus=[2.0, 1.0], epsilons=[],
-                             non_private=False, dpnf={"steps": 20}, budget_epsilon=5.0, artifacts_dir=tmp_path / "a",
-                             run_id="over", ledger_path=tmp_path / "ledger.jsonl")
+                             non_private=False, dpnf={"steps": 20}, artifacts_dir=tmp_path / "a", run_id="over",
+                             privacy={"budget_epsilon": 5.0, "ledger_path": tmp_path / "ledger.jsonl"})
     from privehr.errors import InputError
 
     with pytest.raises(InputError, match="privacy budget exceeded"):
         synthesize_ehr(config, "cpu")
     run_dir = tmp_path / "a" / "over"
     assert json.loads((run_dir / "privacy_budget.json").read_text())["epsilon_dp_after_run"] > 5.0
-    assert not (run_dir / "releases").exists() and not Path(config.ledger_path).exists()
+    assert not (run_dir / "releases").exists() and Path(config.privacy.ledger_path).read_text() == ""
+
+
+def test_a_private_patient_count_reaches_the_tables_only_with_noise(tmp_path):
+    """A spec that does not declare its patient count public: the tables are sized by a count released with
+    two-sided geometric noise (a DP release in the ledger), and no record or report carries the exact count."""
+    import yaml
+
+    from privehr.specs import SPEC_DIR
+
+    table = tmp_path / "EHR_dataset.csv"
+    write_demo_ehr(table, seed=0)
+    spec = yaml.safe_load((SPEC_DIR / "harrod_ehr.yaml").read_text()) | {"public_patient_count": False}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    config = SynthesisConfig(path=table, spec=str(tmp_path / "spec.yaml"), mice={"m": 1, "max_iter": 2, "trace": False},
+                             mus=[2.0], epsilons=[], non_private=False, runs=1, releases=1,
+                             dpnf={"steps": 20, "blocks": 1, "hidden_size": 8}, artifacts_dir=tmp_path / "a",
+                             run_id="private-count", privacy={"ledger_path": tmp_path / "ledger.jsonl"})
+    summary = synthesize_ehr(config, "cpu")
+    run_dir = Path(summary["run_dir"])
+    released = json.loads((run_dir / "released_count.json").read_text())
+    record = json.loads((run_dir / "releases" / "imp0-mu2-run0.json").read_text())
+    assert "training_patients" not in record and record["rows_per_table"] == released["count"]
+    assert released["epsilon"] == config.count_epsilon and released["guarantee"] == "DP"
+    assert "training /" not in (run_dir / "report.md").read_text()
+    entries = [e for e in read_ledger(tmp_path / "ledger.jsonl") if e.status == "released"]
+    assert sorted((e.mechanism, e.what) for e in entries) == [("dp", "patient count"), ("dp_sgd", "DP-NF flow")]
+    (total,) = ledger_totals(tmp_path / "ledger.jsonl")
+    assert total.dp and total.epsilon_other_basic == config.count_epsilon

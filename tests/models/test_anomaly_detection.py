@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from models.anomaly_detection import (dp_ad_roc, exponential_mechanism_votes, tail_anomalies, threshold_roc,
-                                      vote_counts)
+from models.anomaly_detection import (content_ids, dp_ad_roc, exponential_mechanism_votes, partition_by_id,
+                                      tail_anomalies, threshold_roc, vote_counts)
 
 
 def _p_in(counts, k, eps, draws=200_000):
@@ -49,3 +49,17 @@ def test_threshold_and_dp_ad_separate_tail_points():
     weak = dp_ad_roc(votes_normal, votes_anomalous, 0.01, rng)
     assert strong["auroc"] > 0.75 and abs(weak["auroc"] - 0.5) < 0.1
     assert vote_counts(votes_normal, -1.0).max() <= 10
+
+
+def test_adding_or_removing_a_record_moves_no_other_record_between_partitions():
+    """DP-AD's sensitivity of 1 needs it: with a random permutation cut into k parts, one more record shifts the
+    boundaries of every part (and a seeded permutation is replayable by an attacker who has the code)."""
+    ids = [f"patient-{i}" for i in range(200)]
+    before = dict(zip(ids, partition_by_id(ids, 10)))
+    after = dict(zip(ids + ["newcomer"], partition_by_id(ids + ["newcomer"], 10)))
+    assert all(after[i] == before[i] for i in ids)
+    fewer = dict(zip(ids[1:], partition_by_id(ids[1:], 10)))
+    assert all(fewer[i] == before[i] for i in ids[1:])
+    assert np.bincount(list(before.values()), minlength=10).min() >= 8  # a hash spreads the records
+    rows = np.random.default_rng(0).normal(size=(5, 3))
+    assert content_ids(rows[[2, 0]]) == [content_ids(rows)[2], content_ids(rows)[0]]

@@ -1,6 +1,5 @@
-"""DP-NF training: it learns, it is reproducible, and the release records what the accountants say."""
-
-import math
+"""DP-NF training: it learns, it takes exactly its plan, its noise is fresh unless asked to be reproducible,
+and the release records what the accountants say."""
 
 import pytest
 import torch
@@ -9,6 +8,8 @@ from models.dp_nf import DensityHyperparameters, mean_log_likelihood, train_dens
 from models.gaussian_dp import gdp_epsilon, gdp_mu
 from models.maf import MAF
 from models.privacy_accounting import epsilon_spent
+from models.randomness import NoiseSource
+from models.release_plan import ReleasePlan
 
 
 def _data(n, seed):
@@ -22,41 +23,55 @@ def _flow(seed=0):
     return MAF(3, blocks=2, hidden_size=16)
 
 
-HP = DensityHyperparameters(learning_rate=3e-3, batch_size=50, steps=250, max_grad_norm=1.0, seed=0)
+HP = DensityHyperparameters(learning_rate=3e-3, batch_size=50, steps=250, seed=0)
+
+
+def _plan(n, sigma, steps=250):
+    return ReleasePlan.for_noise(n, 50 / n, steps, noise_multiplier=sigma, delta=1e-5)
 
 
 def test_dp_training_learns_and_records_its_cost():
     train, test = _data(500, 0), _data(500, 1)
     flow = _flow()
     before = mean_log_likelihood(flow, test)
-    release = train_density(flow, train, HP, noise_multiplier=0.8, delta=1e-5)
+    release = train_density(flow, train, HP, _plan(500, 0.8))
     assert mean_log_likelihood(flow, test) > before + 0.5
-    assert release.mechanism == "dp_sgd" and release.steps == 250 and release.sample_rate == pytest.approx(0.1)
+    r = release.as_dict()
+    assert release.mechanism == "dp_sgd" and r["steps"] == 250 and r["sample_rate"] == pytest.approx(0.1)
     spend = epsilon_spent(0.8, 0.1, 250, 1e-5)
-    assert release.epsilon_prv == spend.epsilon_prv and release.epsilon_rdp == spend.epsilon_rdp
-    assert release.mu == pytest.approx(gdp_mu(0.8, 0.1, 250))
-    assert release.epsilon_gdp == pytest.approx(gdp_epsilon(release.mu, 1e-5))
-    assert release.as_dict()["epsilon"] == release.epsilon_prv
+    assert r["epsilon_prv"] == spend.epsilon_prv and r["epsilon_rdp"] == spend.epsilon_rdp
+    assert r["epsilon_pld"] == spend.epsilon_pld and spend.epsilon_pld_lower <= spend.epsilon_pld <= spend.epsilon_rdp
+    assert r["mu"] == pytest.approx(gdp_mu(0.8, 0.1, 250))
+    assert r["epsilon_gdp"] == pytest.approx(gdp_epsilon(r["mu"], 1e-5))
+    assert r["epsilon"] == spend.epsilon_prv and r["noise_source"] == "os_entropy"
+    assert "n" not in r and "expected_batch" not in r  # no count of private records in the record
 
 
-def test_more_noise_learns_less_and_non_private_is_marked_unbounded():
+def test_more_noise_learns_less_and_non_private_has_no_epsilon():
     train, test = _data(500, 0), _data(500, 1)
     scores = {}
     for sigma in (None, 0.8, 20.0):
         flow = _flow()
-        release = train_density(flow, train, HP, noise_multiplier=sigma)
+        release = train_density(flow, train, HP, None if sigma is None else _plan(500, sigma))
         scores[sigma] = mean_log_likelihood(flow, test)
-        assert math.isinf(release.epsilon) == (sigma is None)
+        assert (release.epsilon is None) == (sigma is None)
     assert scores[None] > scores[20.0] and scores[0.8] > scores[20.0]
 
 
-def test_same_seed_same_flow():
+@pytest.mark.parametrize("mode", ["masked", "hooks"])
+def test_noise_is_fresh_unless_reproducible(mode):
     train = _data(200, 0)
-    a, b = _flow(), _flow()
-    assert train_density(a, train, HP, noise_multiplier=1.0, noise_seed=5).noise_source == "seeded"
-    train_density(b, train, HP, noise_multiplier=1.0, noise_seed=5)
-    for (name, p), q in zip(a.named_parameters(), b.parameters()):
-        assert torch.equal(p, q), name
-    c = _flow()  # by default the noise comes from OS entropy: another run, another flow
-    assert train_density(c, train, HP, noise_multiplier=1.0).noise_source == "os_entropy"
-    assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
+    plan = _plan(200, 1.0, steps=20)
+    flows = {k: _flow() for k in ("r1", "r2", "s1", "s2")}
+    for k, flow in flows.items():
+        noise = NoiseSource.reproducible("job", 5) if k.startswith("r") else NoiseSource.secret()
+        release = train_density(flow, train, HP, plan, noise, grad_sample_mode=mode)
+        assert release.noise_source == noise.kind
+    same = lambda a, b: all(torch.equal(p, q) for p, q in zip(flows[a].parameters(), flows[b].parameters()))  # noqa: E731
+    assert same("r1", "r2")  # reproducible noise: the same flow (not DP, for tests)
+    assert not same("s1", "s2") and not same("r1", "s1")  # OS entropy: another release, another flow
+
+
+def test_the_plan_must_match_the_data():
+    with pytest.raises(ValueError, match="plan is for 100 records"):
+        train_density(_flow(), _data(200, 0), HP, _plan(100, 1.0))

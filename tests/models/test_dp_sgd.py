@@ -1,8 +1,15 @@
+"""DP-SGD: exact plans, fresh noise, and the replay attack that a seeded release falls to."""
+
+import pytest
 import torch
 
 from models.dp_sgd import DPSGDHyperparameters, train_dp_sgd
 from models.grud import GRUD
 from models.logistic_regression import LogisticRegression
+from models.randomness import NoiseSource
+from models.release_plan import ReleasePlan
+
+HP = DPSGDHyperparameters(learning_rate=0.05)
 
 
 def test_dp_sgd_survives_empty_poisson_batches_and_stays_within_budget():
@@ -13,10 +20,11 @@ def test_dp_sgd_survives_empty_poisson_batches_and_stays_within_budget():
     model = GRUD(3, 4)
     before = [p.detach().clone() for p in model.parameters()]
     # q = 1/4 with 4 examples: each of the 40 steps is empty with probability (3/4)^4 = 0.32
-    model, result = train_dp_sgd(model, x, y, DPSGDHyperparameters(batch_size=1, epochs=10), target_epsilon=5.0)
+    plan = ReleasePlan.for_epochs(4, batch_size=1, epochs=10, target_epsilon=5.0, delta=1e-5)
+    model, result = train_dp_sgd(model, x, y, DPSGDHyperparameters(), plan, NoiseSource.secret())
     assert sum(h["empty_batches"] for h in result.history) > 0
-    assert result.privacy.steps == 40 and result.privacy.sample_rate == 0.25
-    assert result.privacy.epsilon_prv <= 5.0 and result.privacy.epsilon_rdp <= 5.0
+    assert plan.steps == 40 and plan.sample_rate == 0.25
+    assert plan.spend.epsilon_prv <= 5.0 and plan.spend.epsilon_rdp <= 5.0
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
@@ -26,24 +34,82 @@ def test_dp_sgd_learns_a_strong_signal_at_large_epsilon():
     x = torch.randn(2000, 5, generator=g)
     y = (x[:, 0] > 0).float()
     torch.manual_seed(0)
-    model, result = train_dp_sgd(LogisticRegression(5), x, y,
-                                 DPSGDHyperparameters(batch_size=200, epochs=5, learning_rate=0.05), target_epsilon=8.0)
+    plan = ReleasePlan.for_epochs(2000, batch_size=200, epochs=5, target_epsilon=8.0, delta=1e-5)
+    model, result = train_dp_sgd(LogisticRegression(5), x, y, HP, plan, NoiseSource.secret())
     with torch.no_grad():
         accuracy = ((model(x) > 0).float() == y).float().mean()
-    assert accuracy > 0.9
-    assert result.privacy.epsilon <= 8.0
+    assert accuracy > 0.9 and result.plan.epsilon <= 8.0
 
 
-def test_dp_sgd_is_reproducible_whatever_the_global_rng_state():
-    """Poisson sampling and noise use per-run seeded generators (concurrent runs share torch's global RNG)."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(300, 5, generator=g)
+def test_the_trainer_takes_exactly_the_planned_steps_where_opacus_would_not():
+    """93 batches: Opacus's sampler takes int(1 / (1/93)) = 92 steps an epoch; the plan says 93, and 93 are taken
+    (the trainer checks Opacus's accountant saw exactly (sigma, q, T) and raises otherwise)."""
+    assert int(1 / (1 / 93)) == 92
+    x = torch.randn(93, 2, generator=torch.Generator().manual_seed(0))
     y = (x[:, 0] > 0).float()
-    weights = []
-    for global_seed in (100, 101):
-        torch.manual_seed(0)
-        model = LogisticRegression(5)
-        torch.manual_seed(global_seed)
-        model, _ = train_dp_sgd(model, x, y, DPSGDHyperparameters(batch_size=30, epochs=2), target_epsilon=1.0)
-        weights.append(model.linear.weight.detach().clone())
-    assert torch.equal(weights[0], weights[1])
+    plan = ReleasePlan.for_epochs(93, batch_size=1, epochs=2, target_epsilon=5.0, delta=1e-5)
+    assert plan.steps == 186 and plan.sample_rate == 1 / 93
+    train_dp_sgd(LogisticRegression(2), x, y, HP, plan, NoiseSource.secret())
+
+
+def test_a_plan_for_other_data_and_an_infinite_epsilon_are_refused():
+    plan = ReleasePlan.for_epochs(50, batch_size=10, epochs=1, target_epsilon=1.0, delta=1e-5)
+    with pytest.raises(ValueError, match="plan is for 50 records"):
+        train_dp_sgd(LogisticRegression(2), torch.zeros(40, 2), torch.zeros(40), HP, plan, NoiseSource.secret())
+    for bad in (float("inf"), float("nan"), "Infinity", 0.0, -1.0):
+        with pytest.raises(ValueError, match="finite positive|not a number"):
+            ReleasePlan.for_epochs(50, batch_size=10, epochs=1, target_epsilon=bad, delta=1e-5)
+
+
+def _release(x, y, plan, noise):
+    torch.manual_seed(0)  # the initialisation is public (a seed anyone can read in the configuration)
+    model = LogisticRegression(x.shape[1])
+    model, _ = train_dp_sgd(model, x, y, HP, plan, noise)
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_two_releases_of_one_configuration_differ_and_reproducible_noise_repeats():
+    x = torch.randn(60, 3, generator=torch.Generator().manual_seed(2))
+    y = (x[:, 0] > 0).float()
+    plan = ReleasePlan.for_epochs(60, batch_size=10, epochs=2, target_epsilon=1.0, delta=1e-5)
+    assert not torch.equal(_release(x, y, plan, NoiseSource.secret()), _release(x, y, plan, NoiseSource.secret()))
+    key = ("mort_icu-logistic_regression-dp_sgd-bce-eps1", "final fit", 0)
+    assert torch.equal(_release(x, y, plan, NoiseSource.reproducible(*key)),
+                       _release(x, y, plan, NoiseSource.reproducible(*key)))
+    # the global generator's state does not leak into a release (concurrent task runs share it)
+    torch.manual_seed(123)
+    a = _release(x, y, plan, NoiseSource.reproducible(*key))
+    torch.manual_seed(456)
+    assert torch.equal(a, _release(x, y, plan, NoiseSource.reproducible(*key)))
+
+
+def _replay_attack(trials: int, reproducible: bool) -> int:
+    """The attacker has the code, the configuration and every name: for each trial it replays training on
+    D (record out) and on D + z (record in) with the noise it would get from those names, and guesses the
+    replay the released weights are closer to. Returns how many of ``trials`` guesses were right."""
+    g = torch.Generator().manual_seed(7)
+    right = 0
+    for t in range(trials):
+        x = torch.randn(21, 3, generator=g)
+        y = (x[:, 0] + 0.5 * torch.randn(21, generator=g) > 0).float()
+        member = bool(torch.rand(1, generator=g) < 0.5)
+        data = (x, y) if member else (x[:20], y[:20])
+        key = ("cell", "final fit", t)  # exactly what reproducible noise is seeded with
+        released = _release(*data, ReleasePlan.for_epochs(len(data[1]), 5, 2, target_epsilon=0.9, delta=1e-5),
+                            NoiseSource.reproducible(*key) if reproducible else NoiseSource.secret())
+        replay_in = _release(x, y, ReleasePlan.for_epochs(21, 5, 2, target_epsilon=0.9, delta=1e-5),
+                             NoiseSource.reproducible(*key))
+        replay_out = _release(x[:20], y[:20], ReleasePlan.for_epochs(20, 5, 2, target_epsilon=0.9, delta=1e-5),
+                              NoiseSource.reproducible(*key))
+        guess = bool((released - replay_in).norm() < (released - replay_out).norm())
+        right += guess == member
+    return right
+
+
+def test_a_known_seed_replay_no_longer_identifies_members():
+    """With seeded noise (the old behaviour, now only behind privacy.reproducible_noise and labelled not DP) the
+    replay attack identifies every member at a claimed epsilon of 0.9; with OS entropy it guesses at chance.
+    20 trials: 16 or more right by chance has probability 0.6 %, and a 0.9-DP release allows an attacker at most
+    e^0.9 / (1 + e^0.9) = 71 % (14 of 20) in expectation."""
+    assert _replay_attack(20, reproducible=True) == 20
+    assert _replay_attack(20, reproducible=False) <= 15

@@ -46,3 +46,40 @@ def test_prv_grid_stays_bounded(monkeypatch):
     monkeypatch.setattr(accounting, "PRV_MAX_POINTS", 200_000)
     widened = accounting.prv_epsilon(history, 1e-5, 0.01, rdp)
     assert widened is not None and widened <= rdp * 1.01
+
+
+# The demo's releases (README, "make demo" at 4,000 stays): DP-SGD on 1,884 + 270 train+dev stays, batch 128,
+# 5 epochs, at each target epsilon; DP-NF on the demo EHR table's 62 training patients, q = 0.5, T = 1000, at
+# seed 002's mu budgets and at epsilon 1 and 4.
+DEMO_DP_SGD = [(2154, 128, 5, eps) for eps in (0.1, 1.0, 3.5, 10.0)]
+DEMO_DP_NF = [(62, 0.5, 1000, kind, value) for kind, value in
+              [("mu", 6.10), ("mu", 3.92), ("mu", 2.45), ("mu", 1.49), ("epsilon", 1.0), ("epsilon", 4.0)]]
+
+
+@pytest.mark.parametrize("release", [("dp_sgd", *r) for r in DEMO_DP_SGD] + [("dp_nf", *r) for r in DEMO_DP_NF],
+                         ids=lambda r: "-".join(map(str, r)))
+def test_three_accountants_agree_on_the_demo_releases(release):
+    """PLD (an upper bound) is at most RDP; PLD's bracket [optimistic, pessimistic] and PRV's [upper - 2 eps_error,
+    upper] both hold the true epsilon, so they must overlap."""
+    from models.release_plan import ReleasePlan
+
+    kind, *args = release
+    if kind == "dp_sgd":
+        n, b, epochs, eps = args
+        plan = ReleasePlan.for_epochs(n, b, epochs, target_epsilon=eps, delta=1e-5)
+    else:
+        n, rate, steps, budget, value = args
+        plan = ReleasePlan.for_steps(n, rate, steps, kind=budget, value=value, delta=1e-5)
+    s = plan.spend
+    assert None not in (s.epsilon_prv, s.epsilon_pld, s.epsilon_pld_lower)
+    assert s.epsilon_pld <= s.epsilon_rdp
+    assert s.epsilon_pld_lower <= s.epsilon_pld
+    assert s.epsilon_pld_lower <= s.epsilon_prv and s.epsilon_prv - 2 * s.prv_eps_error <= s.epsilon_pld
+    if plan.target_epsilon is not None:
+        assert s.epsilon_prv <= plan.target_epsilon and s.epsilon_rdp <= plan.target_epsilon
+
+
+def test_a_non_finite_target_is_refused():
+    for bad in (math.inf, math.nan, "Infinity", -1.0, 0.0):
+        with pytest.raises(ValueError, match="finite positive|not a number"):
+            calibrate_noise_multiplier(bad, 1e-5, 0.05, 200)

@@ -9,7 +9,7 @@ import pytest
 from privehr.errors import InputError
 from privehr.specs import load_ehr_spec
 from tasks.demo_data import write_demo_ehr
-from tasks.ehr_table import read_ehr_table
+from tasks.ehr_table import drop_by_missingness, read_ehr_table
 from tasks.validation import validate_ehr
 
 SPEC = load_ehr_spec("harrod_ehr")
@@ -30,8 +30,10 @@ def test_harrod_loads_into_82_patients_by_19_attributes(harrod):
     before = _sha(harrod)
     t = read_ehr_table(harrod, SPEC)
     assert _sha(harrod) == before
-    assert t.frame.shape == (82, 19)
-    assert set(t.decisions["dropped_attributes"]) == SEED_002_DROPPED  # seed 002, section 3.1
+    assert t.frame.shape == (82, 26)  # every attribute: the missingness rule is applied to training patients
+    assert set(t.decisions["dropped_attributes"]) == SEED_002_DROPPED  # seed 002, section 3.1 (whole table)
+    kept, dropped, _ = drop_by_missingness(t.frame, SPEC, t.decisions["records_read"])
+    assert kept.shape == (82, 19) and set(dropped) == SEED_002_DROPPED
     assert t.decisions["quarantined"] == {"no value in any kept attribute": 2}
     assert t.parsed.shape == (84, 27)  # every record and attribute as read, plus the generated id
     assert t.frame.index.is_unique and t.frame.notna().any(axis=1).all()
@@ -40,7 +42,7 @@ def test_harrod_loads_into_82_patients_by_19_attributes(harrod):
 def test_demo_table_has_harrods_shape(demo):
     t = read_ehr_table(demo, SPEC)
     assert t.parsed.shape == (84, 27)
-    assert t.frame.shape == (82, 19)
+    assert t.frame.shape == (82, 26)
     assert set(t.decisions["dropped_attributes"]) == SEED_002_DROPPED
 
 
@@ -113,6 +115,7 @@ def test_a_column_missing_everywhere_is_dropped_as_a_recorded_decision(demo, tmp
     path.write_text("\n".join(",".join(r) for r in rows) + "\n")
     no_threshold = SPEC.model_copy(update={"drop_attributes_missing_in_more_than": None})
     t = read_ehr_table(path, no_threshold)
-    assert t.decisions["dropped_attributes"] == {"lvef": 84, "lvot_max_flow": 84}  # MICE cannot impute these
+    assert t.decisions["dropped_attributes"] == {"lvef": 82, "lvot_max_flow": 82}  # of the 82 kept records
     assert t.decisions["drop_rule"] == "missing in all records"
-    assert "lvef" not in t.frame and t.frame.shape[1] == 24
+    kept, _, _ = drop_by_missingness(t.frame, no_threshold, t.decisions["records_read"])
+    assert "lvef" not in kept and kept.shape[1] == 24

@@ -35,3 +35,36 @@ def test_harrod_mice_yields_five_complete_datasets_within_bounds(harrod, tmp_pat
     assert len(train_ids) == 62  # the same split for every imputation
     pooled = summary["pooled_train"]["mean_pap"]
     assert 10 < pooled["estimate"] < 50 and 0 <= pooled["fraction_missing_information"] < 1
+
+
+def test_the_missingness_rule_is_decided_on_training_patients_only(tmp_path):
+    """An attribute measured only in test patients is dropped (the training patients decide), although on the
+    whole table it would be kept; the whole-table verdict stays in the report for the steward."""
+    from tasks.demo_data import write_demo_ehr
+
+    import yaml
+
+    from privehr.specs import SPEC_DIR
+
+    table = tmp_path / "ehr.csv"
+    write_demo_ehr(table, seed=0)
+    spec = yaml.safe_load((SPEC_DIR / "harrod_ehr.yaml").read_text()) | {"drop_attributes_missing_in_more_than": None}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))  # the rule "missing in all records" alone
+    config = EHRPrepareConfig(path=table, spec=str(tmp_path / "spec.yaml"), mice={"m": 1, "max_iter": 2, "trace": False})
+    first = json.loads(Path(impute_ehr.fn(config, str(tmp_path / "a"))).read_text())
+    assert "cvp" in first["attributes"]
+    test_ids = set(pd.read_csv(tmp_path / "a" / "intermediate" / "imputed" / "test_0.csv", index_col=0).index)
+    rows = [line.split(",") for line in table.read_text().splitlines()]
+    ids = [f"patient-{i + 1:04d}" for i in range(len(rows[0]) - 1)]  # the spec numbers patients by column
+    for r in rows:
+        if r[0] == "cvp":
+            r[1:] = [v if pid in test_ids else "none" for pid, v in zip(ids, r[1:])]
+    edited = tmp_path / "edited.csv"
+    edited.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    summary = json.loads(Path(impute_ehr.fn(config.model_copy(update={"path": edited}),
+                                            str(tmp_path / "b"))).read_text())
+    decisions = summary["decisions"]
+    assert decisions["drop_decided_on"] == "training patients"
+    assert "cvp" in decisions["dropped_attributes"] and "cvp" not in summary["attributes"]
+    assert "cvp" not in decisions["dropped_on_whole_delivery"]  # the whole table would have kept it
+    assert summary["dataset_id"] == first["dataset_id"]  # the same patients: the same dataset in the ledger

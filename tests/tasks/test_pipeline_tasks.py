@@ -48,48 +48,64 @@ def test_split_keeps_patients_whole_and_features_use_training_statistics(prepare
 
 
 @pytest.mark.parametrize("model", ["logistic_regression", "grud"])
-def test_search_then_fit_for_each_method(prepared, model):
+def test_search_then_fit_for_each_method(prepared, model, tmp_path):
+    from tasks.privacy_ledger import read_ledger
+    from tasks.release_budget import check_privacy_budget
+    from tasks.train import fit_key
+
     run_dir, _, _, features_dir = prepared
-    training = TrainingConfig.model_validate({
+    config = PipelineConfig.model_validate({"privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")}, "training": {
         "search_budget": 2, "non_private": {"max_epochs": 4, "patience": 2},
-        "dp_sgd": {"epochs": 2, "epsilons": [1.0]}, "grud": {"hidden_size": 8}})
-    for method, eps in (("non_private", None), ("dp_sgd", 1.0)):
-        cell = Cell(label="mort_icu", model=model, method=method, loss="l2", target_epsilon=eps)
-        chosen = search_hyperparameters.fn(features_dir, cell, training, run_dir, "cpu")
+        "dp_sgd": {"epochs": 2, "epsilons": [1.0]}, "grud": {"hidden_size": 8}}})
+    training = config.training
+    cells = [Cell(label="mort_icu", model=model, method=method, loss="l2", target_epsilon=eps)
+             for method, eps in (("non_private", None), ("dp_sgd", 1.0))]
+    reservations = check_privacy_budget.fn(run_dir, cells, config)  # before the search: its DP trials included
+    assert len(reservations) == 2 * 3 + 2  # 2 cells x 3 seeds + 2 DP-SGD search trials
+    for cell in cells:
+        chosen = search_hyperparameters.fn(features_dir, cell, training, config.privacy, run_dir, reservations, "cpu")
         search = json.loads(open(f"{run_dir}/search/{cell.cell_id}.json").read())
         assert len(search["trials"]) == 2 and search["chosen"] == chosen
-        row = fit_and_evaluate.fn(features_dir, cell, chosen, 0, training, run_dir, "cpu")
+        row = fit_and_evaluate.fn(features_dir, cell, chosen, 0, training, config.privacy, run_dir,
+                                  reservations[fit_key(cell, 0)], "cpu")
         assert row["n"] == len(load_split(features_dir, "test")["icustay_id"]) and 0 <= row["auroc"] <= 1
-        if method == "dp_sgd":
+        if cell.method == "dp_sgd":
             assert row["epsilon_prv"] <= 1.0 and row["epsilon_rdp"] <= 1.0 and row["noise_multiplier"] > 0
+            assert row["epsilon_pld"] <= row["epsilon_rdp"] and row["guarantee"] == "DP"
+            assert row["noise_source"] == "os_entropy"
         else:
-            assert row["epsilon_prv"] is None
+            assert row["epsilon_prv"] is None and row["guarantee"] == "not DP (non-private)"
+    released = [e for e in read_ledger(tmp_path / "ledger.jsonl") if e.status == "released"]
+    assert sorted(e.what for e in released) == ["final fit", "final fit", "search trial 0", "search trial 1"]
+    assert {e.reservation for e in released} <= set(reservations.values())
 
 
-def test_over_budget_run_is_refused_and_releases_are_recorded(prepared, tmp_path):
-    import math
-
+def test_over_budget_runs_are_refused_before_anything_is_trained(prepared, tmp_path):
     from privehr.errors import InputError
-    from tasks.privacy_ledger import check_privacy_budget, ledger_totals, record_releases
-    from tasks.train import default_hyperparameters
+    from tasks.privacy_ledger import ledger_totals, read_ledger
+    from tasks.release_budget import check_privacy_budget
 
     run_dir, _, _, _ = prepared
     ledger = tmp_path / "ledger.jsonl"
-    config = PipelineConfig.model_validate({"privacy": {"ledger_path": str(ledger), "budget_epsilon": 2.5},
-                                            "training": {"seeds": 2, "dp_sgd": {"epsilons": [1.0]}}})
+    raw = {"privacy": {"ledger_path": str(tmp_path / "scratch.jsonl")},
+           "training": {"seeds": 2, "methods": ["dp_sgd"], "dp_sgd": {"epsilons": [1.0]}}}
+    config = PipelineConfig.model_validate(raw)
     cells = [c for c in config.training.cells(["mort_icu"]) if c.model == "logistic_regression"]
-    chosen = [default_hyperparameters(c, config.training) for c in cells]
-    summary = check_privacy_budget.fn(run_dir, cells, chosen, config)  # two releases at epsilon 1: fits
-    assert summary["planned_dp_releases"] == 2 and summary["epsilon_dp_after_run"] <= 2.5
-
-    rows = [{"label": "mort_icu", "model": "logistic_regression", "method": "dp_sgd", "loss": "bce",
-             "target_epsilon": 1.0, "seed": s, "epsilon_prv": 0.95, "epsilon_rdp": 0.99, "delta": 1e-5,
-             "noise_multiplier": 1.5, "sample_rate": 0.1, "steps": 100} for s in range(2)]
-    rows.append({"label": "mort_icu", "model": "logistic_regression", "method": "non_private", "loss": "bce",
-                 "target_epsilon": None, "seed": 0})
-    assert record_releases.fn(run_dir, rows, str(ledger)) == 3
+    check_privacy_budget.fn(run_dir, cells, config)  # on a scratch ledger: what two releases at epsilon 1 cost
+    two = json.loads(open(f"{run_dir}/privacy_budget.json").read())["epsilon_dp_after_run"]
+    raw["privacy"] = {"ledger_path": str(ledger), "budget_epsilon": 1.2 * two}  # room for these two, not for four
+    config = PipelineConfig.model_validate(raw)
+    reservations = check_privacy_budget.fn(run_dir, cells, config)
+    summary = json.loads(open(f"{run_dir}/privacy_budget.json").read())
+    assert len(reservations) == 2 and summary["planned_dp_releases"] == 2 and summary["epsilon_dp_after_run"] == two
     (total,) = ledger_totals(ledger)
-    assert total.releases == 3 and math.isinf(total.epsilon) and total.counts == {"dp_sgd": 2, "non_private": 1}
-    # the same plan again would bring the dataset above 2.5: refused before anything is trained
-    with pytest.raises(InputError, match=r"privacy budget exceeded .* Nothing was trained"):
-        check_privacy_budget.fn(run_dir, cells, chosen, config)
+    assert total.pending == 2 and total.releases == 0 and total.dp  # reserved and counted, though nothing trained
+    # the same plan again (a second run, or this one twice) would take the dataset above 2.5: nothing is reserved
+    with pytest.raises(InputError, match=r"privacy budget exceeded .* none was trained and nothing was reserved"):
+        check_privacy_budget.fn(run_dir, cells, config)
+    assert len(read_ledger(ledger)) == 2
+    # a non-private cell has no finite epsilon: under a budget it is refused too
+    with_baseline = config.model_copy(update={"training": config.training.model_copy(update={
+        "methods": ["non_private"]})})
+    with pytest.raises(InputError, match="without a DP guarantee"):
+        check_privacy_budget.fn(run_dir, with_baseline.training.cells(["mort_icu"]), with_baseline)

@@ -1,0 +1,124 @@
+"""Budget checks: every release a run will make is planned, composed with the ledger, and reserved
+before any of them is trained.
+
+* ``check-privacy-budget`` (privehr-pipeline), before the hyperparameter search: the final fit of
+  every (cell, seed) and, with ``search_budget > 1``, every DP-SGD search trial.
+* ``check-synthesis-budget`` (privehr-synthesize), before any flow: every (imputation, budget, run).
+
+Each writes ``privacy_budget.json`` (the dataset before and after, by every accountant) and returns
+the reservation ids the training tasks record their releases under. A resumed run skips what its
+earlier attempt finished (recorded then) and voids that attempt's reservations that were never
+trained. A refusal raises before anything is reserved or trained.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from prefect import task
+
+from models.privacy_ledger import GUARANTEES, LedgerEntry
+from privehr.config import Budget, Cell, PipelineConfig, SynthesisConfig
+from privehr.specs import load_ehr_spec
+from tasks.privacy_ledger import BudgetExceeded, Ledger, reserve, strict_json
+from tasks.run_directory import ledger_run
+from tasks.run_logging import run_logger
+from tasks.synthesis import COUNT_KEY, needs_noisy_count, synthesis_plan
+from tasks.train import (default_hyperparameters, dp_sgd_plan, fit_key, saved_fit, saved_search,
+                         search_configurations, trial_key)
+
+__all__ = ["check_privacy_budget", "check_synthesis_budget", "pipeline_dataset_id",
+           "synthesis_dataset_id"]
+
+
+def pipeline_dataset_id(run_dir: str, config: PipelineConfig) -> str:
+    return config.privacy.dataset_id or json.loads((Path(run_dir) / "ingest.json").read_text())["dataset_id"]
+
+
+def synthesis_dataset_id(run_dir: str, config: SynthesisConfig) -> str:
+    return config.privacy.dataset_id or json.loads((Path(run_dir) / "imputation.json").read_text())["dataset_id"]
+
+
+def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry], voided: int, what: str,
+             refused: bool = False) -> dict:
+    before, after = verdict.before, verdict.after
+    labels: dict[str, int] = {}
+    for e in planned.values():
+        labels[GUARANTEES[e.guarantee]] = labels.get(GUARANTEES[e.guarantee], 0) + 1
+    summary = {"dataset": dataset, "what": what, "refused": refused, "existing_releases": before.releases,
+               "pending_reservations_before": before.pending, "voided_reservations": voided,
+               "planned": len(planned), "planned_by_guarantee": labels,
+               "planned_dp_releases": labels.get(GUARANTEES["dp"], 0),
+               "dp_before_run": before.dp, "epsilon_dp_before_run": before.epsilon_dp,
+               "dp_after_run": after.dp, "epsilon_dp_after_run": after.epsilon_dp,
+               "epsilon_dp_after_run_by_accountant": {"prv": after.epsilon_dp_prv, "rdp": after.epsilon_dp_rdp,
+                                                      "pld": after.epsilon_dp_pld},
+               "not_dp_after_run": after.not_dp, "delta": after.delta, "budget_epsilon": verdict.budget_epsilon}
+    (Path(run_dir) / "privacy_budget.json").write_text(json.dumps(strict_json(summary), indent=2, allow_nan=False))
+    if not refused:
+        run_logger().info("privacy budget: %d planned %s reserved (%d voided); dataset after the run: %s",
+                          len(planned), what, voided, after.guarantee)
+    return summary
+
+
+def _reserve(run_dir: str, dataset: str, config, planned: dict[str, LedgerEntry], what: str) -> dict[str, str]:
+    """Reserve ``planned``; write privacy_budget.json whether or not the budget admits it."""
+    privacy = config.privacy
+    try:
+        reservations, verdict, voided = reserve(Ledger(privacy.ledger_path), dataset, ledger_run(run_dir), planned,
+                                                privacy.budget_epsilon, privacy.delta, config.resume, what)
+    except BudgetExceeded as refused:
+        _summary(run_dir, dataset, refused.verdict, planned, 0, what, refused=True)
+        raise
+    _summary(run_dir, dataset, verdict, planned, voided, what)
+    return reservations
+
+
+def _entry(cell: Cell, config: PipelineConfig, plan, what: str) -> LedgerEntry:
+    if cell.method == "dp_sgd":
+        return plan.ledger_entry("reproducible" if config.privacy.reproducible_noise else "dp", what)
+    if cell.method == "expm_nf":
+        return LedgerEntry("", "", "expm_nf", cell.target_epsilon, what=what)
+    return LedgerEntry("", "", "non_private", what=what)
+
+
+@task(name="check-privacy-budget")
+def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig) -> dict[str, str]:
+    """Reserve every release of the grid (search trials included); raise if the budget would be exceeded.
+
+    Returns reservation ids by :func:`tasks.train.fit_key` / :func:`tasks.train.trial_key`."""
+    training, privacy = config.training, config.privacy
+    counts = json.loads((Path(run_dir) / "split_manifest.json").read_text())["counts"]
+    n_train, n_fit = counts["train"]["stays"], counts["train"]["stays"] + counts["dev"]["stays"]
+    planned: dict[str, LedgerEntry] = {}
+    for cell in cells:
+        chosen = saved_search(run_dir, cell, training) if config.resume else None
+        if chosen is None and cell.method == "dp_sgd" and training.search_budget > 1:
+            trial_plan = dp_sgd_plan(n_train, default_hyperparameters(cell, training), cell, privacy)
+            for k in range(len(search_configurations(cell, training))):
+                planned[trial_key(cell, k)] = _entry(cell, config, trial_plan, f"search trial {k}")
+        hp = chosen or default_hyperparameters(cell, training)  # DP-SGD's plan does not depend on the search
+        plan = dp_sgd_plan(n_fit, hp, cell, privacy) if cell.method == "dp_sgd" else None
+        for seed in range(training.seeds_for(cell)):
+            if chosen is not None and saved_fit(run_dir, cell, chosen, seed, training) is not None:
+                continue  # finished by an earlier attempt: already in the ledger
+            planned[fit_key(cell, seed)] = _entry(cell, config, plan, "final fit")
+    return _reserve(run_dir, pipeline_dataset_id(run_dir, config), config, planned, "grid release(s)")
+
+
+@task(name="check-synthesis-budget")
+def check_synthesis_budget(run_dir: str, config: SynthesisConfig) -> dict[str, str]:
+    """Reserve this run's DP-NF flows (and its non-private one) before any is trained; raise if over budget."""
+    n = json.loads((Path(run_dir) / "imputation.json").read_text())["patients"]["train"]
+    guarantee = "reproducible" if config.privacy.reproducible_noise else "dp"
+    planned = {}
+    for job in config.jobs():
+        if config.resume and (Path(run_dir) / "releases" / f"{job['job_id']}.json").exists():
+            continue  # finished by an earlier attempt: already in the ledger
+        plan = synthesis_plan(config, Budget(**job["budget"]), n)
+        planned[job["job_id"]] = (LedgerEntry("", "", "non_private", what="DP-NF flow") if plan is None
+                                  else plan.ledger_entry(guarantee, "DP-NF flow"))
+    if needs_noisy_count(config, load_ehr_spec(config.spec)) and not (Path(run_dir) / "released_count.json").exists():
+        planned[COUNT_KEY] = LedgerEntry("", "", "dp", config.count_epsilon, guarantee=guarantee, what="patient count")
+    return _reserve(run_dir, synthesis_dataset_id(run_dir, config), config, planned, "DP-NF flow(s)")
