@@ -1,4 +1,5 @@
-"""privehr-audit: plan shadows -> train-shadow[mechanism, shadow] -> evaluate-attacks (LiRA, one-run bound)."""
+"""privehr-audit: plan shadows (and reserve the audit in the privacy ledger) -> train-shadow[mechanism, shadow]
+-> evaluate-attacks (LiRA, one-run bound; recorded in the ledger: its statistics are not DP)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,6 @@ __all__ = ["audit"]
 @flow(name="privehr-audit", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=2))
 def audit(config: AuditConfig) -> dict:
     """Attack shadow models trained like the audited run's models; return aggregate attack results."""
-    work = plan_audit(config)
+    work, reservation = plan_audit(config)
     shadows = {m: [train_shadow.submit(config, work, m, s) for s in range(config.shadows)] for m in config.mechanisms}
-    return evaluate_attacks(config, work, {m: [f.result() for f in fs] for m, fs in shadows.items()})
+    return evaluate_attacks(config, work, {m: [f.result() for f in fs] for m, fs in shadows.items()}, reservation)

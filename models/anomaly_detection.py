@@ -7,7 +7,7 @@ DP-AD (seed 001 Algorithm 2, sample-and-aggregate): k non-private flows fitted o
 partitions vote. A record's partition is a hash of the record's own id (:func:`partition_by_id`),
 so adding or removing one record changes one partition and leaves every other record where it was;
 a random permutation split into k parts would shift the boundaries of every part and let one record
-change all k flows. With c = #{i : log p_i(x) > T} the answer is "in-distribution" with probability with c = #{i : log p_i(x) > T} the answer is "in-distribution" with probability
+change all k flows. With c = #{i : log p_i(x) > T} the answer is "in-distribution" with probability
 
     exp(eps c / 2) / (exp(eps c / 2) + exp(eps (k - c) / 2)) = sigmoid(eps (2c - k) / 2),
 

@@ -108,6 +108,25 @@ def rdp_epsilon(history: History, delta: float) -> float:
     return float(eps)
 
 
+def _prv(history: History, delta: float, eps_error: float, epsilon_rdp: float) -> tuple[float | None, float]:
+    """(PRV's epsilon or None, the eps_error it was computed with): see :func:`prv_epsilon`."""
+    steps = sum(t for _, _, t in history)
+    spread = math.sqrt(steps * math.log(12 / (delta / 1000)) / 2)
+    needed = 2 * (2 * epsilon_rdp) * spread / PRV_MAX_POINTS
+    if needed > eps_error:
+        if needed > 0.1 * epsilon_rdp:
+            return None, eps_error
+        eps_error = needed
+    try:
+        prv = PRVAccountant()
+        prv.history = list(history)
+        with warnings.catch_warnings():  # log(0) at the edge of PRV's domain for large q: harmless
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return float(prv.get_epsilon(delta, eps_error=eps_error)), eps_error
+    except (ValueError, RuntimeError, AssertionError, MemoryError):  # known numerical failures (opacus #591, #601)
+        return None, eps_error
+
+
 def prv_epsilon(history: History, delta: float, eps_error: float, epsilon_rdp: float) -> float | None:
     """PRV's epsilon for a (heterogeneous) history, or None where it cannot be had.
 
@@ -115,24 +134,10 @@ def prv_epsilon(history: History, delta: float, eps_error: float, epsilon_rdp: f
     (estimated by RDP's) and mesh = eps_error / sqrt(N log(12 / delta_error) / 2) for N steps in all:
     long, large-q compositions (DP-NF on a small table: q = 0.5, tens of thousands of steps) would need
     tens of millions of points and gigabytes. The error is widened to keep the grid under
-    PRV_MAX_POINTS; if that would make it coarser than 10 % of the RDP value, PRV is skipped (None)
-    and the RDP bound stands.
+    PRV_MAX_POINTS (the widened error is what :class:`PrivacySpend` records); if that would make it
+    coarser than 10 % of the RDP value, PRV is skipped (None) and the RDP bound stands.
     """
-    steps = sum(t for _, _, t in history)
-    spread = math.sqrt(steps * math.log(12 / (delta / 1000)) / 2)
-    needed = 2 * (2 * epsilon_rdp) * spread / PRV_MAX_POINTS
-    if needed > eps_error:
-        if needed > 0.1 * epsilon_rdp:
-            return None
-        eps_error = needed
-    try:
-        prv = PRVAccountant()
-        prv.history = list(history)
-        with warnings.catch_warnings():  # log(0) at the edge of PRV's domain for large q: harmless
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return float(prv.get_epsilon(delta, eps_error=eps_error))
-    except (ValueError, RuntimeError, AssertionError, MemoryError):  # known numerical failures (opacus #591, #601)
-        return None
+    return _prv(history, delta, eps_error, epsilon_rdp)[0]
 
 
 def pld_epsilon(history: History, delta: float, pessimistic: bool = True,
@@ -183,8 +188,8 @@ def compose_history(history: History, delta: float, eps_error: float | None = No
     if not history:
         return Composition(0.0, 0.0, 0.0, 0.0, 0.0)
     eps_rdp = rdp_epsilon(history, delta)
-    error = eps_error if eps_error is not None else prv_error(eps_rdp)
-    return Composition(prv_epsilon(history, delta, error, eps_rdp), eps_rdp, pld_epsilon(history, delta, True, eps_rdp),
+    eps_prv, error = _prv(history, delta, eps_error if eps_error is not None else prv_error(eps_rdp), eps_rdp)
+    return Composition(eps_prv, eps_rdp, pld_epsilon(history, delta, True, eps_rdp),
                        pld_epsilon(history, delta, False, eps_rdp) if bracket else None, error)
 
 
@@ -200,8 +205,7 @@ def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta
         eps_rdp = float(rdp.get_epsilon(delta))
         if target_epsilon is None or eps_rdp > target_epsilon:  # the large orders are slower; use them if needed
             eps_rdp = min(eps_rdp, float(rdp.get_epsilon(delta, alphas=RDP_ORDERS)))
-    error = prv_error(target_epsilon or eps_rdp)
-    eps_prv = prv_epsilon(history, delta, error, eps_rdp)
+    eps_prv, error = _prv(history, delta, prv_error(target_epsilon or eps_rdp), eps_rdp)
     return PrivacySpend(noise_multiplier, sample_rate, steps, delta, eps_prv, eps_rdp, target_epsilon,
                         pld_epsilon(history, delta, True, eps_rdp), pld_epsilon(history, delta, False, eps_rdp), error)
 

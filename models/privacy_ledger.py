@@ -28,6 +28,7 @@ Composition of what counts (one dataset, at the ledger's delta):
 from __future__ import annotations
 
 import hashlib
+import hmac
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
@@ -42,6 +43,7 @@ STATUSES = ("reserved", "released", "void")
 GUARANTEES = {  # an entry's guarantee -> how the ledger and the report name it
     "dp": "DP",
     "reproducible": "not DP (reproducible noise)",
+    "tuned": "not DP (hyperparameters chosen on private dev data)",
     "unproven": "not DP (ExpM+NF: eps~ is a training parameter, no guarantee is proven)",
     "non_private": "not DP (non-private)",
 }
@@ -56,28 +58,32 @@ def _canonical(subject) -> str:
     return str(int(number)) if math.isfinite(number) and number == int(number) else str(subject).strip()
 
 
-def dataset_id_of(subject_ids: Iterable) -> str:
-    """The default dataset id: sha256 of the sorted distinct subject ids (10005, 10005.0 and "10005" alike).
+def dataset_id_of(subject_ids: Iterable, key: bytes) -> str:
+    """The default dataset id: HMAC-SHA256, under the ledger's secret ``key``, of the sorted distinct subject
+    ids (10005, 10005.0 and "10005" alike).
 
     A re-export of the same patients gets the same id, whatever the file's bytes; a delivery with other
     patients gets another (a steward who wants overlapping deliveries to share a budget assigns one id).
+    The key matters: an unkeyed hash, printed in every run's artifacts, would let anyone who knows all
+    patients but one test whether that one is in the data (hash the list with and without them).
 
-    >>> dataset_id_of([3, 1, 2]) == dataset_id_of(["2", "3.0", 1, 1])
+    >>> key = bytes(32)
+    >>> dataset_id_of([3, 1, 2], key) == dataset_id_of(["2", "3.0", 1, 1], key) != dataset_id_of([1, 2], key)
     True
     """
     ids = sorted({_canonical(s) for s in subject_ids})
-    return "subjects-sha256:" + hashlib.sha256("\n".join(ids).encode()).hexdigest()
+    return "subjects-hmac:" + hmac.new(key, "\n".join(ids).encode(), hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True)
 class LedgerEntry:
     """One line of the ledger (see the module docstring for statuses and guarantees)."""
 
-    dataset: str                  # the dataset's id (steward-assigned, or sha256 of its sorted subject ids)
+    dataset: str                  # the dataset's id (steward-assigned, or a keyed hash of its sorted subject ids)
     release: str                  # unique forever: <run-id>/<what>#<random token>
     mechanism: str
     epsilon: float | None = None  # claimed epsilon of a DP release; eps~ for ExpM+NF; None for non-private
-    delta: float = 0.0
+    delta: float = 0.0            # a "dp" entry's delta (summed); dp_sgd entries compose at the dataset's delta
     noise_multiplier: float | None = None
     sample_rate: float | None = None
     steps: int | None = None

@@ -410,7 +410,9 @@ class AuditConfig(_Strict):
     """Membership-inference audit of a finished run: LiRA with shadow models and the one-run bound.
 
     Shadows are trained with the same mechanism as the audited model, on random halves of the run's
-    training split (the audit population); each shadow in turn is the target.
+    training split (the audit population); each shadow in turn is the target. The attack statistics are
+    computed from the private training split without noise: the audit is recorded in the ledger as a
+    release without a DP guarantee.
     """
 
     run_dir: Path = Field(..., description="a finished privehr-pipeline run (its features are reused)")
@@ -420,14 +422,16 @@ class AuditConfig(_Strict):
     shadows: int = Field(16, ge=4, description="even; every example is IN for exactly half; at least 4, so that "
                                                 "leaving one out still leaves IN and OUT shadows for every example")
     epsilon: PositiveFloat = Field(1.0, description="target epsilon of the DP-SGD shadows")
-    delta: float = Field(1e-5, gt=0, lt=1)
-    reproducible_noise: bool = Field(False, description="seed the shadows' DP noise and the one-run audit's canary "
-                                                        "draw from the configuration (tests); default: OS entropy")
+    privacy: PrivacyConfig = Field(PrivacyConfig(), description="the ledger the audit's (non-DP) statistics are "
+                                   "recorded in, the shadows' delta, and the noise switch (reproducible_noise also "
+                                   "seeds the canary draw)")
     non_private: NonPrivateConfig = Field(default_factory=lambda: NonPrivateConfig(
         learning_rate=3e-3, weight_decay=0.0, max_epochs=30), description="an overfit non-private model")
     dp_sgd: DPSGDConfig = DPSGDConfig()
     seed: int = Field(0, description="initialisation of the shadows (public: it is not DP randomness)")
     significance: float = Field(0.05, gt=0, lt=1, description="of the one-run epsilon lower bound")
+
+    _delta_moved = _moved("delta", "privacy.delta")
 
     @model_validator(mode="after")
     def _even(self):

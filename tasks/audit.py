@@ -2,7 +2,10 @@
 
 The audit population is the training split of a finished run. Shadow s is trained on the examples
 with ``membership[s]``; its per-example confidences phi and losses before/after training go to
-``intermediate/audit/`` (patient-level, never versioned); only aggregates reach ``audit/``.
+``intermediate/audit/`` (patient-level, never versioned); only aggregates reach ``audit/``. Those
+aggregates are computed from private records without noise: ``plan-audit`` reserves them in the
+privacy ledger as a release without a DP guarantee (refused under a budget), and ``evaluate-attacks``
+records it before ``audit.json`` is written.
 """
 
 from __future__ import annotations
@@ -24,13 +27,16 @@ from models.dp_sgd import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
 from models.randomness import NoiseSource  # noqa: E402
 from models.release_plan import ReleasePlan  # noqa: E402
 from models.lira import leave_one_out, logit_confidence, shadow_membership  # noqa: E402
+from models.privacy_ledger import LedgerEntry  # noqa: E402
 from models.one_run_audit import audit_scores  # noqa: E402
 from models.training import TrainingHyperparameters, fit_binary_classifier  # noqa: E402
-from privehr.config import AuditConfig  # noqa: E402
+from privehr.config import AuditConfig, PipelineConfig  # noqa: E402
 from privehr.errors import InputError  # noqa: E402
 from tasks.features import load_split  # noqa: E402
+from tasks.privacy_ledger import Ledger, record_release, reserve  # noqa: E402
 from tasks.progress import progress_artifact  # noqa: E402
-from tasks.run_directory import INTERMEDIATE  # noqa: E402
+from tasks.release_budget import pipeline_dataset_id  # noqa: E402
+from tasks.run_directory import INTERMEDIATE, ledger_run  # noqa: E402
 from tasks.run_logging import in_prefect_run, run_logger  # noqa: E402
 
 __all__ = ["plan_audit", "train_shadow", "evaluate_attacks"]
@@ -47,12 +53,31 @@ def _population(config: AuditConfig):
 
 
 def _noise(config: AuditConfig, *key) -> NoiseSource:
-    return NoiseSource.reproducible("audit", config.seed, *key) if config.reproducible_noise else NoiseSource.secret()
+    return (NoiseSource.reproducible("audit", config.seed, *key) if config.privacy.reproducible_noise
+            else NoiseSource.secret())
+
+
+AUDIT = "membership-inference audit"
+
+
+def _dataset(config: AuditConfig) -> str:
+    if config.privacy.dataset_id:
+        return config.privacy.dataset_id
+    run = PipelineConfig.model_validate_json((Path(config.run_dir) / "config.json").read_text())
+    if not Path(run.data.hdf5_path).exists():
+        raise InputError(f"the audited run's input {run.data.hdf5_path} is not here, so its dataset cannot be "
+                         "identified for the privacy ledger; pass it, or set privacy.dataset_id")
+    return pipeline_dataset_id(run.model_copy(update={"privacy": config.privacy}))
 
 
 @task(name="plan-audit")
-def plan_audit(config: AuditConfig) -> str:
-    """Draw the shadows' membership matrix; return the audit's private working directory."""
+def plan_audit(config: AuditConfig) -> tuple[str, str]:
+    """Reserve the audit in the ledger and draw the shadows' membership matrix; return the audit's private
+    working directory and the reservation."""
+    privacy = config.privacy
+    reservations, _, _ = reserve(Ledger(privacy.ledger_path), _dataset(config), ledger_run(config.run_dir) + "/audit",
+                                 {AUDIT: LedgerEntry("", "", "non_private", what=AUDIT)}, privacy.budget_epsilon,
+                                 privacy.delta, False, AUDIT)
     _, y, _ = _population(config)
     work = Path(config.run_dir) / INTERMEDIATE / "audit"
     work.mkdir(parents=True, exist_ok=True)
@@ -60,8 +85,8 @@ def plan_audit(config: AuditConfig) -> str:
     # attacker could know: OS entropy, unless the audit asked for reproducible randomness
     np.save(work / "membership.npy", shadow_membership(config.shadows, len(y), _noise(config, "membership")
                                                        .numpy_generator("membership")))
-    run_logger().info("audit: %d shadows over %d training stays", config.shadows, len(y))
-    return str(work)
+    run_logger().info("audit: %d shadows over the training stays", config.shadows)
+    return str(work), reservations[AUDIT]
 
 
 @torch.no_grad()
@@ -89,7 +114,7 @@ def train_shadow(config: AuditConfig, work: str, mechanism: str, shadow: int) ->
     else:
         c = config.dp_sgd
         plan = ReleasePlan.for_epochs(int(keep.sum()), c.batch_size, c.epochs, target_epsilon=config.epsilon,
-                                      delta=config.delta, max_grad_norm=c.max_grad_norm)
+                                      delta=config.privacy.delta, max_grad_norm=c.max_grad_norm)
         model, _ = train_dp_sgd(model, half, y[keep], DPSGDHyperparameters(c.learning_rate, c.weight_decay), plan,
                                 _noise(config, "shadow", shadow), progress=progress)
     after = _logits(model, inputs)
@@ -106,13 +131,14 @@ def _band(values):
 
 
 @task(name="evaluate-attacks")
-def evaluate_attacks(config: AuditConfig, work: str, results: dict[str, list[str]]) -> dict:
-    """LiRA (online/offline x per-example/fixed variance) and the one-run bound per mechanism."""
+def evaluate_attacks(config: AuditConfig, work: str, results: dict[str, list[str]], reservation: str) -> dict:
+    """LiRA (online/offline x per-example/fixed variance) and the one-run bound per mechanism; recorded in the
+    ledger (under ``reservation``) before anything is written."""
     membership = np.load(Path(work) / "membership.npy")
     out_dir = Path(config.run_dir) / "audit"
     out_dir.mkdir(exist_ok=True)
     report = {"population": int(membership.shape[1]), "shadows": config.shadows, "label": config.label,
-              "model": config.model, "dp_epsilon": config.epsilon, "delta": config.delta, "mechanisms": {}}
+              "model": config.model, "dp_epsilon": config.epsilon, "delta": config.privacy.delta, "mechanisms": {}}
     fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 4), squeeze=False)
     grid = np.logspace(-4, 0, 200)
     for ax, (mechanism, paths) in zip(axes[0], results.items()):
@@ -133,7 +159,7 @@ def evaluate_attacks(config: AuditConfig, work: str, results: dict[str, list[str
         scores = runs[0]["loss_before"] - runs[0]["loss_after"]
         m = scores.size
         k_grid = [(k, k) for k in (max(1, m // 20), max(1, m // 10), max(1, m // 5))]
-        one_run = audit_scores(scores, membership[0], config.delta, config.significance, k_grid)
+        one_run = audit_scores(scores, membership[0], config.privacy.delta, config.significance, k_grid)
         entry["one_run"] = {"epsilon_lower": one_run.epsilon_lower, "ceiling": one_run.epsilon_ceiling,
                             "m": one_run.m, "k_plus": one_run.k_plus, "k_minus": one_run.k_minus,
                             "correct": one_run.correct, "thresholds_tried": one_run.thresholds_tried,
@@ -149,6 +175,7 @@ def evaluate_attacks(config: AuditConfig, work: str, results: dict[str, list[str
         ax.set_title(mechanism if mechanism == "non_private" else f"{mechanism} (epsilon {config.epsilon:g})")
         ax.legend(fontsize=7)
     fig.tight_layout()
+    record_release(config.privacy.ledger_path, reservation, LedgerEntry("", "", "non_private", what=AUDIT))
     fig.savefig(out_dir / "lira_roc.png", dpi=120)
     plt.close(fig)
     (out_dir / "audit.json").write_text(json.dumps(report, indent=2))

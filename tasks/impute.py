@@ -18,7 +18,6 @@ from prefect import task
 from models.derived_columns import add_derived
 from models.mice import multiple_imputation
 from models.patient_split import split_subjects
-from models.privacy_ledger import dataset_id_of
 from models.rubins_rules import pool
 from privehr.config import EHRPrepareConfig
 from privehr.specs import load_ehr_spec
@@ -72,7 +71,7 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
         "seeds": result.seeds, "estimator": "IterativeImputer(BayesianRidge, sample_posterior=True)",
         "fitted_on": "training patients only", "patients": {"train": int(len(train)), "test": int(len(test))},
         "attributes": list(frame.columns), "derived": [d.name for d in spec.derived],
-        "decisions": decisions, "dataset_id": dataset_id_of(table.frame.index),
+        "decisions": decisions,
         "missing_before": {"train": {c: int(n) for c, n in train.isna().sum().items()},
                            "test": {c: int(n) for c, n in test.isna().sum().items()}},
         "missing_after": int(sum(f.isna().sum().sum() for part in completed.values() for f in part)),
@@ -84,6 +83,6 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
     }
     path = Path(run_dir) / "imputation.json"
     path.write_text(json.dumps(summary, indent=2))
-    run_logger().info("impute: %d datasets of %d train + %d test patients x %d attributes, %d values missing after",
-                      mice.m, len(train), len(test), frame.shape[1], summary["missing_after"])
+    run_logger().info("impute: %d datasets x %d attributes, fitted on the training patients; complete after: %s",
+                      mice.m, frame.shape[1], summary["missing_after"] == 0)
     return str(path)

@@ -7,8 +7,7 @@ from pathlib import Path
 
 from prefect import task
 
-from models.privacy_ledger import dataset_id_of
-from tasks.mimic_extract import inspect_extract, read_patients, sha256_file
+from tasks.mimic_extract import inspect_extract, sha256_file
 from tasks.run_logging import run_logger
 
 __all__ = ["ingest_extract"]
@@ -17,11 +16,9 @@ __all__ = ["ingest_extract"]
 @task(name="ingest")
 def ingest_extract(hdf5_path: str, run_dir: str, window_hours: int = 24, gap_hours: int = 6,
                    chunk_rows: int = 32768) -> str:
-    """Validate the file, write ``ingest.json`` (keys, sizes, cohort counts, sha256 of the file, and the
-    dataset id of its patients for the privacy ledger); return its path."""
+    """Validate the file, write ``ingest.json`` (keys, sizes, cohort counts, sha256); return its path."""
     summary = inspect_extract(hdf5_path, window_hours, gap_hours, chunk_rows, window_stats=False)
     summary["sha256"] = sha256_file(hdf5_path)
-    summary["dataset_id"] = dataset_id_of(read_patients(hdf5_path).index.get_level_values("subject_id"))
     out = Path(run_dir) / "ingest.json"
     out.write_text(json.dumps(summary, indent=2))
     run_logger().info("ingest: %d stays, %d variables, %d hourly rows", summary["stays"],

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import math
 import json
 import os
 import secrets
@@ -28,11 +29,13 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
+
 from models.privacy_ledger import (BudgetVerdict, LedgerEntry, LedgerTotal, check_budget, compose_entries,
                                    effective_entries)
 from privehr.errors import InputError
 
-__all__ = ["Ledger", "read_ledger", "ledger_totals", "reserve", "record_release", "release_id", "strict_json",
+__all__ = ["Ledger", "read_ledger", "ledger_totals", "dataset_delta", "reserve", "record_release", "release_id", "strict_json",
            "BudgetExceeded", "short_dataset"]
 
 
@@ -51,9 +54,9 @@ def short_dataset(dataset: str) -> str:
 
 
 def strict_json(value):
-    """``value`` with every non-finite float replaced by None (json.dumps(allow_nan=False) then accepts it)."""
-    if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    """``value`` with every non-finite float (numpy's too) replaced by None: json.dumps(allow_nan=False) accepts it."""
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
     if isinstance(value, dict):
         return {k: strict_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -70,11 +73,25 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _parse(path: Path, lines: list[str]) -> list[LedgerEntry]:
+    entries = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(LedgerEntry.from_dict(json.loads(line)))
+        except (ValueError, TypeError) as err:
+            raise InputError(f"the privacy ledger {path} has an unreadable line {number} ({type(err).__name__}); a "
+                             "crash while writing leaves a partial last line. Nothing is read or trained until it is "
+                             "repaired: keep a copy, then remove or complete that line.") from None
+    return entries
+
+
 class _Transaction:
-    def __init__(self, fh):
+    def __init__(self, fh, path: Path):
         self._fh = fh
         fh.seek(0)
-        self.entries = [LedgerEntry.from_dict(json.loads(line)) for line in fh.read().splitlines() if line.strip()]
+        self.entries = _parse(path, fh.read().splitlines())
 
     def append(self, entries: list[LedgerEntry]) -> None:
         if not entries:
@@ -87,10 +104,30 @@ class _Transaction:
 
 
 class Ledger:
-    """One ledger file (``privacy.ledger_path``)."""
+    """One ledger file (``privacy.ledger_path``) and its secret key (``<ledger>.key``, beside it)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self.key_path = self.path.with_name(self.path.name + ".key")
+
+    def key(self) -> bytes:
+        """The ledger's secret (32 random bytes, created on first use, owner-only): it keys the default dataset
+        ids, so the ids in a run's artifacts say nothing about who is in a dataset."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            key = self.key_path.read_bytes()
+            if len(key) != 32:
+                raise InputError(f"the privacy ledger's key {self.key_path} is damaged ({len(key)} bytes, not 32); "
+                                 "restore it from a backup: the ledger's default dataset ids depend on it") from None
+            return key
+        key = secrets.token_bytes(32)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return key
 
     def check_writable(self) -> None:
         """Prove the ledger can be locked and appended to, before any private record is read."""
@@ -99,6 +136,7 @@ class Ledger:
             with open(self.path, "a") as fh:
                 fcntl.flock(fh, fcntl.LOCK_EX)
                 fcntl.flock(fh, fcntl.LOCK_UN)
+            self.key()
         except OSError as err:
             reason = {errno.EACCES: "permission denied", errno.EROFS: "read-only file system",
                       errno.ENOSPC: "no space left"}.get(err.errno, err.strerror or type(err).__name__)
@@ -117,7 +155,7 @@ class Ledger:
         with fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
-                yield _Transaction(fh)
+                yield _Transaction(fh, self.path)
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
@@ -127,17 +165,27 @@ class Ledger:
         with open(self.path) as fh:
             fcntl.flock(fh, fcntl.LOCK_SH)
             lines = fh.read().splitlines()
-        return [LedgerEntry.from_dict(json.loads(line)) for line in lines if line.strip()]
+        return _parse(self.path, lines)
 
 
 def read_ledger(path: str | Path) -> list[LedgerEntry]:
     return Ledger(path).read()
 
 
-def ledger_totals(path: str | Path, delta: float = 1e-5) -> list[LedgerTotal]:
+def dataset_delta(entries: list[LedgerEntry]) -> float | None:
+    """The delta a dataset's DP-SGD releases are composed at: the delta they were all made at (None if none)."""
+    deltas = {e.delta for e in entries if e.mechanism == "dp_sgd" and e.status != "void"}
+    return min(deltas) if deltas else None
+
+
+def ledger_totals(path: str | Path, delta: float | None = None) -> list[LedgerTotal]:
+    """Every dataset's total, composed at ``delta`` or, by default, at the delta of its own releases."""
     entries = read_ledger(path)
-    return [compose_entries([e for e in entries if e.dataset == d], delta)
-            for d in sorted({e.dataset for e in entries})]
+    totals = []
+    for d in sorted({e.dataset for e in entries}):
+        mine = [e for e in entries if e.dataset == d]
+        totals.append(compose_entries(mine, delta if delta is not None else dataset_delta(mine) or 1e-5))
+    return totals
 
 
 def reserve(ledger: Ledger, dataset: str, run_id: str, planned: dict[str, LedgerEntry],
@@ -148,6 +196,11 @@ def reserve(ledger: Ledger, dataset: str, run_id: str, planned: dict[str, Ledger
     """
     with ledger.transaction() as tx:
         mine = [e for e in tx.entries if e.dataset == dataset]
+        made_at = dataset_delta(mine)
+        if made_at is not None and made_at != delta:
+            raise InputError(f"dataset {short_dataset(dataset)}'s releases were made and are composed at delta "
+                             f"{made_at:g}; this run asks for delta {delta:g}. One dataset has one delta (a larger "
+                             f"one would make the same spend look smaller): set privacy.delta to {made_at:g}.")
         voids = []
         if resume:  # this run's reservations that no release settled: its crashed attempt never trained them
             pending = {e.release for e in effective_entries(mine) if e.status == "reserved" and e.run_id == run_id}
@@ -175,11 +228,13 @@ def record_release(ledger_path: str | Path, reservation: str, entry: LedgerEntry
     reservation does not make a trained model free.
     """
     with Ledger(ledger_path).transaction() as tx:
-        reserved = next((e for e in tx.entries if e.release == reservation), None)
-        run_id = reserved.run_id if reserved is not None else entry.run_id
-        released = LedgerEntry(**{**entry.as_dict(), "release": release_id(run_id, entry.what.replace(" ", "-")),
-                                  "status": "released", "reservation": reservation, "run_id": run_id,
-                                  "dataset": reserved.dataset if reserved is not None else entry.dataset,
-                                  "created_utc": _now()})
+        reserved = next((e for e in tx.entries if e.release == reservation and e.status == "reserved"), None)
+        if reserved is None:  # fail closed: the release is discarded, never saved
+            raise RuntimeError(f"reservation {reservation} is not in the privacy ledger {ledger_path}; the trained "
+                               "release is discarded. Was the ledger replaced during the run?")
+        released = LedgerEntry(**{**entry.as_dict(), "release": release_id(reserved.run_id,
+                                                                          entry.what.replace(" ", "-")),
+                                  "status": "released", "reservation": reservation, "run_id": reserved.run_id,
+                                  "dataset": reserved.dataset, "created_utc": _now()})
         tx.append([released])
     return released

@@ -18,26 +18,36 @@ from pathlib import Path
 
 from prefect import task
 
-from models.privacy_ledger import GUARANTEES, LedgerEntry
+from models.privacy_ledger import GUARANTEES, LedgerEntry, dataset_id_of
 from privehr.config import Budget, Cell, PipelineConfig, SynthesisConfig
+from privehr.errors import InputError
 from privehr.specs import load_ehr_spec
 from tasks.privacy_ledger import BudgetExceeded, Ledger, reserve, strict_json
 from tasks.run_directory import ledger_run
 from tasks.run_logging import run_logger
-from tasks.synthesis import COUNT_KEY, needs_noisy_count, synthesis_plan
-from tasks.train import (default_hyperparameters, dp_sgd_plan, fit_key, saved_fit, saved_search,
+from tasks.mimic_extract import read_patients
+from tasks.synthesis import COUNT_KEY, imputed_tables, needs_noisy_count, synthesis_plan
+from tasks.train import (default_hyperparameters, dp_sgd_plan, fit_key, guarantee, saved_fit, saved_search,
                          search_configurations, trial_key)
 
 __all__ = ["check_privacy_budget", "check_synthesis_budget", "pipeline_dataset_id",
            "synthesis_dataset_id"]
 
 
-def pipeline_dataset_id(run_dir: str, config: PipelineConfig) -> str:
-    return config.privacy.dataset_id or json.loads((Path(run_dir) / "ingest.json").read_text())["dataset_id"]
+def pipeline_dataset_id(config: PipelineConfig) -> str:
+    """The steward's ``privacy.dataset_id``, else the keyed hash of the file's subject ids."""
+    if config.privacy.dataset_id:
+        return config.privacy.dataset_id
+    subjects = read_patients(config.data.hdf5_path).index.get_level_values("subject_id")
+    return dataset_id_of(subjects, Ledger(config.privacy.ledger_path).key())
 
 
 def synthesis_dataset_id(run_dir: str, config: SynthesisConfig) -> str:
-    return config.privacy.dataset_id or json.loads((Path(run_dir) / "imputation.json").read_text())["dataset_id"]
+    """The steward's ``privacy.dataset_id``, else the keyed hash of the table's patient ids (its kept records)."""
+    if config.privacy.dataset_id:
+        return config.privacy.dataset_id
+    train, test, _ = imputed_tables(run_dir, 0)
+    return dataset_id_of([*train.index, *test.index], Ledger(config.privacy.ledger_path).key())
 
 
 def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry], voided: int, what: str,
@@ -75,9 +85,16 @@ def _reserve(run_dir: str, dataset: str, config, planned: dict[str, LedgerEntry]
     return reservations
 
 
+def _check_delta(delta: float, records: int) -> None:
+    """delta must be well below 1/n: a delta of 1/n allows releasing one record outright."""
+    if delta >= 1 / records:
+        raise InputError(f"privacy.delta {delta:g} is not below one over the number of training records, so a "
+                         "release could expose a record outright; choose a much smaller delta (1e-5 or less is usual)")
+
+
 def _entry(cell: Cell, config: PipelineConfig, plan, what: str) -> LedgerEntry:
     if cell.method == "dp_sgd":
-        return plan.ledger_entry("reproducible" if config.privacy.reproducible_noise else "dp", what)
+        return plan.ledger_entry(guarantee("dp_sgd", config.privacy, config.training, what), what)
     if cell.method == "expm_nf":
         return LedgerEntry("", "", "expm_nf", cell.target_epsilon, what=what)
     return LedgerEntry("", "", "non_private", what=what)
@@ -91,6 +108,7 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
     training, privacy = config.training, config.privacy
     counts = json.loads((Path(run_dir) / "split_manifest.json").read_text())["counts"]
     n_train, n_fit = counts["train"]["stays"], counts["train"]["stays"] + counts["dev"]["stays"]
+    _check_delta(privacy.delta, n_train)
     planned: dict[str, LedgerEntry] = {}
     for cell in cells:
         chosen = saved_search(run_dir, cell, training) if config.resume else None
@@ -104,21 +122,28 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
             if chosen is not None and saved_fit(run_dir, cell, chosen, seed, training) is not None:
                 continue  # finished by an earlier attempt: already in the ledger
             planned[fit_key(cell, seed)] = _entry(cell, config, plan, "final fit")
-    return _reserve(run_dir, pipeline_dataset_id(run_dir, config), config, planned, "grid release(s)")
+    try:
+        return _reserve(run_dir, pipeline_dataset_id(config), config, planned, "grid release(s)")
+    except BudgetExceeded as refused:
+        if config.synthesis is None:
+            raise
+        raise BudgetExceeded(f"{refused} (This run's DP-NF synthesis of the EHR table ran before this check; its "
+                             "releases are recorded under that table's dataset.)", refused.verdict) from None
 
 
 @task(name="check-synthesis-budget")
 def check_synthesis_budget(run_dir: str, config: SynthesisConfig) -> dict[str, str]:
     """Reserve this run's DP-NF flows (and its non-private one) before any is trained; raise if over budget."""
     n = json.loads((Path(run_dir) / "imputation.json").read_text())["patients"]["train"]
-    guarantee = "reproducible" if config.privacy.reproducible_noise else "dp"
+    _check_delta(config.privacy.delta, n)
+    kind = "reproducible" if config.privacy.reproducible_noise else "dp"
     planned = {}
     for job in config.jobs():
         if config.resume and (Path(run_dir) / "releases" / f"{job['job_id']}.json").exists():
             continue  # finished by an earlier attempt: already in the ledger
         plan = synthesis_plan(config, Budget(**job["budget"]), n)
         planned[job["job_id"]] = (LedgerEntry("", "", "non_private", what="DP-NF flow") if plan is None
-                                  else plan.ledger_entry(guarantee, "DP-NF flow"))
+                                  else plan.ledger_entry(kind, "DP-NF flow"))
     if needs_noisy_count(config, load_ehr_spec(config.spec)) and not (Path(run_dir) / "released_count.json").exists():
-        planned[COUNT_KEY] = LedgerEntry("", "", "dp", config.count_epsilon, guarantee=guarantee, what="patient count")
+        planned[COUNT_KEY] = LedgerEntry("", "", "dp", config.count_epsilon, guarantee=kind, what="patient count")
     return _reserve(run_dir, synthesis_dataset_id(run_dir, config), config, planned, "DP-NF flow(s)")

@@ -68,8 +68,12 @@ def create_run_directory(config: PipelineConfig | BaseModel) -> str:
     (run_dir / INTERMEDIATE).mkdir(exist_ok=True)
     saved = config.model_copy(update={"resume": False}) if resume else config
     (run_dir / "config.json").write_text(saved.model_dump_json(indent=2))
+    previous_provenance = run_dir / "provenance.json"
+    uid = (json.loads(previous_provenance.read_text()).get("run_uid") if resume and previous_provenance.exists()
+           else None) or secrets.token_hex(8)
     provenance = {
         "run_id": run_id,
+        "run_uid": uid,  # this run directory's identity in the privacy ledger, kept by every resume
         "created_utc": datetime.now(timezone.utc).isoformat(),
         "git_commit": _git_commit(),
         "python": platform.python_version(),
@@ -81,8 +85,12 @@ def create_run_directory(config: PipelineConfig | BaseModel) -> str:
 
 
 def ledger_run(run_dir: str | Path) -> str:
-    """The run's name in the privacy ledger: "<parent>/<run>" (artifacts/<run-id>, <run-id>/synthesis)."""
-    return "/".join(Path(run_dir).resolve().parts[-2:])
+    """The run's name in the privacy ledger: "<parent>/<run>#<uid>" (artifacts/<run-id>#..., <run-id>/synthesis#...).
+
+    The uid is drawn when the directory is created and kept by resumes: two runs with the same path in
+    different checkouts, or a run id reused after its directory was deleted, are different runs."""
+    uid = json.loads((Path(run_dir) / "provenance.json").read_text())["run_uid"]
+    return "/".join(Path(run_dir).resolve().parts[-2:]) + f"#{uid}"
 
 
 @contextmanager

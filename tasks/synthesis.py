@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -79,11 +80,12 @@ def needs_noisy_count(config: SynthesisConfig, spec) -> bool:
 
 
 def synthetic_rows(run_dir: str | Path, config: SynthesisConfig, spec, summary: dict) -> int:
-    """Rows per synthetic table: ``rows``, else the exact patient count if public, else the released noisy count."""
+    """Rows per synthetic table: ``rows``, else the delivery's patient count if the spec declares it public (the
+    records delivered: the count after quarantine depends on private values), else the released noisy count."""
     if config.rows is not None:
         return config.rows
     if spec.public_patient_count:
-        return summary["patients"]["train"] + summary["patients"]["test"]
+        return summary["decisions"]["records_read"]
     return json.loads((Path(run_dir) / "released_count.json").read_text())["count"]
 
 
@@ -132,8 +134,8 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: st
     plan = synthesis_plan(config, budget, len(x))
     seed = _seed(job)
     flow = seeded_build(lambda: MAF(len(attributes), nf.blocks, nf.hidden_size, nf.hidden_layers), seed).to(target)
-    hp = DensityHyperparameters(learning_rate=nf.learning_rate, batch_size=max(1, round(nf.sample_rate * len(x))),
-                                steps=nf.steps, seed=seed)
+    hp = DensityHyperparameters(learning_rate=nf.learning_rate, batch_size=max(1, math.ceil(nf.sample_rate * len(x))),
+                                steps=nf.steps, seed=seed)  # the non-private flow's minibatch: the plans' b
     noise = NoiseSource.reproducible(job["job_id"]) if config.privacy.reproducible_noise else NoiseSource.secret()
     release = train_density(flow, x, hp, plan, noise,
                             progress=progress_artifact(f"DP-NF {job['job_id']}: DP-SGD steps"))
@@ -168,7 +170,8 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: st
             add_derived(part, spec.derived).to_csv(out_dir / name, index=False)
             files.append({"release": k, "truncated": name.endswith("-truncated.csv"), "path": str(out_dir / name)})
     record = {"job": job, "budget_label": budget.label, **release.as_dict(), "guarantee": GUARANTEES[guarantee],
-              **({"training_patients": int(len(x))} if spec.public_patient_count else {}), "rows_per_table": rows,
+              **({"patients_delivered": summary["decisions"]["records_read"]} if spec.public_patient_count else {}),
+              "rows_per_table": rows,
               "test_log_likelihood": test_log_likelihood, "nonfinite_rows_dropped": nonfinite,
               "scaling": {"kind": config.scaling, "inside_guarantee": not scaling.private_},
               "releasable": releasable, "files": files, "flow": str(flows_dir / f"{job['job_id']}.pt"),

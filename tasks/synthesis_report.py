@@ -126,8 +126,7 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
                    "aggregates computed on real patients without noise). All flows of one table compose: the "
                    "privacy ledger holds the total. The mu = infinity (non-private) tables are comparisons only and "
                    "stay under intermediate/, as does the real-vs-synthetic marginals figure.")
-    patients = (f"{summary['patients']['train']} training / {summary['patients']['test']} test patients, "
-                if public_count else "")
+    patients = f"{summary['decisions']['records_read']} patients delivered, " if public_count else ""
     markdown = "\n\n".join([
         f"# DP-NF synthesis: {summary['spec']} ({patients}{len(summary['attributes'])} attributes, m = {summary['m']})",
         f"{len(releases)} flows, {len(results)} synthetic tables (raw and truncated to the spec's bounds).",

@@ -35,11 +35,12 @@ from privehr.config import Cell, PrivacyConfig, TrainingConfig
 from tasks.compute import share_cores
 from tasks.expm_nf import default_expm_hyperparameters, fit_expm_nf
 from tasks.features import load_split
-from tasks.privacy_ledger import record_release
+from tasks.privacy_ledger import record_release, strict_json
 from tasks.progress import progress_artifact
 from tasks.run_logging import run_logger
 
 __all__ = ["search_hyperparameters", "fit_and_evaluate", "default_hyperparameters", "dp_sgd_plan", "noise_source",
+           "guarantee",
            "search_configurations", "saved_search", "saved_fit", "fit_key", "trial_key"]
 
 
@@ -62,9 +63,13 @@ def trial_key(cell: Cell, trial: int) -> str:
     return f"{cell.cell_id}/trial{trial}"
 
 
-def _guarantee(method: str, privacy: PrivacyConfig) -> str:
+def guarantee(method: str, privacy: PrivacyConfig, training: TrainingConfig, what: str = "final fit") -> str:
+    """The guarantee of a release: a DP-SGD fit is DP unless its noise is reproducible or (a final fit) its
+    hyperparameters were chosen by dev AUROC among several (a non-DP use of the dev patients)."""
     if method == "dp_sgd":
-        return "reproducible" if privacy.reproducible_noise else "dp"
+        if privacy.reproducible_noise:
+            return "reproducible"
+        return "tuned" if what == "final fit" and training.search_budget > 1 else "dp"
     return "unproven" if method == "expm_nf" else "non_private"
 
 
@@ -115,7 +120,8 @@ def _train(cell: Cell, hp: dict, training: TrainingConfig, privacy: PrivacyConfi
     noise = noise_source(privacy, cell.cell_id, what, seed)
     model, result = train_dp_sgd(model, inputs, y, DPSGDHyperparameters(hp["learning_rate"], hp["weight_decay"]),
                                  plan, noise, cell.loss, progress=progress)
-    record_release(privacy.ledger_path, reservation, plan.ledger_entry(_guarantee("dp_sgd", privacy), what))
+    record_release(privacy.ledger_path, reservation, plan.ledger_entry(guarantee("dp_sgd", privacy, training, what),
+                                                                       what))
     info = {"epochs": hp["epochs"], **plan.record(), "noise_source": noise.kind}
     if dev_data:
         info["dev_auroc"] = binary_metrics(dev_data[1].cpu().numpy(), predict_proba(model, dev_data[0]))["auroc"]
@@ -206,8 +212,11 @@ def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConf
         if best["epochs"] is not None and cell.method == "non_private":
             chosen["epochs"] = max(1, int(best["epochs"]))
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"key": key, "cell": cell.model_dump(), "budget": training.search_budget, "trials": trials,
-                               "chosen": chosen, "note": "tuned on private dev data; not accounted"}, indent=1))
+    out.write_text(json.dumps(strict_json({"key": key, "cell": cell.model_dump(), "budget": training.search_budget,
+                                           "trials": trials, "chosen": chosen,
+                                           "note": "tuned on private dev data: a DP-SGD fit of these hyperparameters "
+                                                   "is recorded as not DP when more than one was tried"}),
+                              indent=1, allow_nan=False))
     run_logger().info("search %s: %d configuration(s) trained, chose %s", cell.cell_id, len(trials), chosen)
     return chosen
 
@@ -250,9 +259,10 @@ def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed:
     row = {**cell.model_dump(), "seed": seed, "device": str(dev), **metrics,
            **{k: info.get(k) for k in ("epochs", "epsilon_prv", "epsilon_rdp", "epsilon_pld", "noise_multiplier",
                                         "sample_rate", "steps", "delta", "accountant", "noise_source")},
-           "guarantee": GUARANTEES[_guarantee(cell.method, privacy)],
+           "guarantee": GUARANTEES[guarantee(cell.method, privacy, training)],
            "fit_seconds": round(time.perf_counter() - start, 2)}
-    result_path.write_text(json.dumps({"key": key, "value": row}))  # last: marks the cell as done
+    row = strict_json(row)
+    result_path.write_text(json.dumps({"key": key, "value": row}, allow_nan=False))  # last: marks the cell as done
     run_logger().info("fit %s seed %d: test AUROC %.3f%s", cell.cell_id, seed, metrics["auroc"],
                       f", epsilon {info['epsilon']:.3g} ({info['accountant']})" if "epsilon" in info else "")
     return row

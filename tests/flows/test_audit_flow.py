@@ -12,12 +12,21 @@ from tasks.split import split_cohort
 
 
 def test_audit_flow_reports_attacks_and_bounds(tmp_path, small_extract):
-    run_dir = create_run_directory.fn(PipelineConfig(artifacts_dir=tmp_path, run_id="audited"))
+    from tasks.privacy_ledger import ledger_totals, read_ledger
+
+    run_dir = create_run_directory.fn(PipelineConfig(artifacts_dir=tmp_path, run_id="audited",
+                                                     data={"hdf5_path": small_extract}))
     cohort = build_cohort.fn(str(small_extract), run_dir)
     build_features.fn(cohort, split_cohort.fn(cohort, SplitConfig(), run_dir), run_dir)
+    ledger = tmp_path / "ledger.jsonl"
     config = AuditConfig.model_validate({"run_dir": run_dir, "shadows": 6, "non_private": {"max_epochs": 15},
-                                         "dp_sgd": {"epochs": 2}})
+                                         "dp_sgd": {"epochs": 2}, "privacy": {"ledger_path": str(ledger)}})
     report = audit(config)
+    # the attack statistics come from the private training split without noise: a release without a guarantee
+    assert [(e.status, e.what) for e in read_ledger(ledger)] == [("reserved", "membership-inference audit"),
+                                                                 ("released", "membership-inference audit")]
+    (total,) = ledger_totals(ledger)
+    assert not total.dp and total.not_dp == {"not DP (non-private)": 1}
     assert set(report["mechanisms"]) == {"non_private", "dp_sgd"}
     for entry in report["mechanisms"].values():
         for variant in ("online", "offline", "online_fixed_variance", "offline_fixed_variance"):

@@ -38,7 +38,7 @@ def test_every_release_is_recorded_with_its_cost(synthesis_run):
     assert len(records) == 2 * 3  # m x (non-private, mu 2, epsilon 5) x runs
     for r in records:
         assert math.isfinite(r["test_log_likelihood"])
-        assert r["training_patients"] == 62  # the spec declares Harrod's patient count public
+        assert r["patients_delivered"] == 84 and "training_patients" not in r  # Harrod's count is public
         if r["mechanism"] == "non_private":
             assert r.get("noise_multiplier") is None and r["epsilon"] is None
             assert r["guarantee"] == "not DP (non-private)"
@@ -67,7 +67,7 @@ def test_tables_are_in_original_units_and_where_they_belong(synthesis_run):
     truncated = pd.read_csv(next(p for p in public if p.name.endswith("-truncated.csv")))
     assert {"mean_pap", "hypertensive"} <= set(raw.columns) and set(raw["hypertensive"]) <= {0, 1}
     assert truncated["heart_rate2"].between(20, 250).all()
-    assert len(raw) == 82  # as many rows as patients in the validated table
+    assert len(raw) == 84  # as many rows as the delivery's (public) patient count
 
 
 def test_report_ledger_artifacts_and_untouched_input(synthesis_run):
@@ -130,9 +130,9 @@ def test_a_private_patient_count_reaches_the_tables_only_with_noise(tmp_path):
     run_dir = Path(summary["run_dir"])
     released = json.loads((run_dir / "released_count.json").read_text())
     record = json.loads((run_dir / "releases" / "imp0-mu2-run0.json").read_text())
-    assert "training_patients" not in record and record["rows_per_table"] == released["count"]
+    assert "patients_delivered" not in record and record["rows_per_table"] == released["count"]
     assert released["epsilon"] == config.count_epsilon and released["guarantee"] == "DP"
-    assert "training /" not in (run_dir / "report.md").read_text()
+    assert "patients delivered" not in (run_dir / "report.md").read_text()
     entries = [e for e in read_ledger(tmp_path / "ledger.jsonl") if e.status == "released"]
     assert sorted((e.mechanism, e.what) for e in entries) == [("dp", "patient count"), ("dp_sgd", "DP-NF flow")]
     (total,) = ledger_totals(tmp_path / "ledger.jsonl")

@@ -88,19 +88,21 @@ def _replay_attack(trials: int, reproducible: bool) -> int:
     D (record out) and on D + z (record in) with the noise it would get from those names, and guesses the
     replay the released weights are closer to. Returns how many of ``trials`` guesses were right."""
     g = torch.Generator().manual_seed(7)
+    plan_in = ReleasePlan.for_epochs(22, 5, 2, target_epsilon=0.9, delta=1e-5)
+    plan_out = ReleasePlan.for_epochs(21, 5, 2, target_epsilon=0.9, delta=1e-5)
+    # 21 and 22 records make the same plan (q = 1/5, T = 10, the same sigma): the released q and T say nothing
+    assert plan_in.record() == plan_out.record()
     right = 0
     for t in range(trials):
-        x = torch.randn(21, 3, generator=g)
-        y = (x[:, 0] + 0.5 * torch.randn(21, generator=g) > 0).float()
+        x = torch.randn(22, 3, generator=g)
+        y = (x[:, 0] + 0.5 * torch.randn(22, generator=g) > 0).float()
         member = bool(torch.rand(1, generator=g) < 0.5)
-        data = (x, y) if member else (x[:20], y[:20])
+        data = (x, y) if member else (x[:21], y[:21])
         key = ("cell", "final fit", t)  # exactly what reproducible noise is seeded with
-        released = _release(*data, ReleasePlan.for_epochs(len(data[1]), 5, 2, target_epsilon=0.9, delta=1e-5),
+        released = _release(*data, plan_in if member else plan_out,
                             NoiseSource.reproducible(*key) if reproducible else NoiseSource.secret())
-        replay_in = _release(x, y, ReleasePlan.for_epochs(21, 5, 2, target_epsilon=0.9, delta=1e-5),
-                             NoiseSource.reproducible(*key))
-        replay_out = _release(x[:20], y[:20], ReleasePlan.for_epochs(20, 5, 2, target_epsilon=0.9, delta=1e-5),
-                              NoiseSource.reproducible(*key))
+        replay_in = _release(x, y, plan_in, NoiseSource.reproducible(*key))
+        replay_out = _release(x[:21], y[:21], plan_out, NoiseSource.reproducible(*key))
         guess = bool((released - replay_in).norm() < (released - replay_out).norm())
         right += guess == member
     return right

@@ -90,6 +90,13 @@ def test_old_ledgers_read_and_entries_are_validated():
         compose_entries([LedgerEntry("d1", "a", "dp", 1.0), LedgerEntry("d2", "b", "dp", 1.0)])
 
 
-def test_dataset_ids_follow_the_patients_not_the_file():
-    assert dataset_id_of([10005, 10006]) == dataset_id_of(["10006", 10005.0])
-    assert dataset_id_of([10005, 10006]) != dataset_id_of([10005, 10007])
+def test_dataset_ids_follow_the_patients_and_say_nothing_without_the_key():
+    import hashlib
+
+    key, other = bytes(range(32)), bytes(32)
+    assert dataset_id_of([10005, 10006], key) == dataset_id_of(["10006", 10005.0], key)
+    assert dataset_id_of([10005, 10006], key) != dataset_id_of([10005, 10007], key)
+    # an attacker who knows every patient but one cannot test membership by hashing: the id is keyed
+    unkeyed = hashlib.sha256("10005\n10006".encode()).hexdigest()
+    assert unkeyed not in dataset_id_of([10005, 10006], key)
+    assert dataset_id_of([10005, 10006], key) != dataset_id_of([10005, 10006], other)

@@ -67,4 +67,3 @@ def test_the_missingness_rule_is_decided_on_training_patients_only(tmp_path):
     assert decisions["drop_decided_on"] == "training patients"
     assert "cvp" in decisions["dropped_attributes"] and "cvp" not in summary["attributes"]
     assert "cvp" not in decisions["dropped_on_whole_delivery"]  # the whole table would have kept it
-    assert summary["dataset_id"] == first["dataset_id"]  # the same patients: the same dataset in the ledger

@@ -48,13 +48,14 @@ def test_split_keeps_patients_whole_and_features_use_training_statistics(prepare
 
 
 @pytest.mark.parametrize("model", ["logistic_regression", "grud"])
-def test_search_then_fit_for_each_method(prepared, model, tmp_path):
+def test_search_then_fit_for_each_method(prepared, model, tmp_path, small_extract):
     from tasks.privacy_ledger import read_ledger
     from tasks.release_budget import check_privacy_budget
     from tasks.train import fit_key
 
     run_dir, _, _, features_dir = prepared
-    config = PipelineConfig.model_validate({"privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")}, "training": {
+    config = PipelineConfig.model_validate({
+        "data": {"hdf5_path": str(small_extract)}, "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")}, "training": {
         "search_budget": 2, "non_private": {"max_epochs": 4, "patience": 2},
         "dp_sgd": {"epochs": 2, "epsilons": [1.0]}, "grud": {"hidden_size": 8}}})
     training = config.training
@@ -71,23 +72,26 @@ def test_search_then_fit_for_each_method(prepared, model, tmp_path):
         assert row["n"] == len(load_split(features_dir, "test")["icustay_id"]) and 0 <= row["auroc"] <= 1
         if cell.method == "dp_sgd":
             assert row["epsilon_prv"] <= 1.0 and row["epsilon_rdp"] <= 1.0 and row["noise_multiplier"] > 0
-            assert row["epsilon_pld"] <= row["epsilon_rdp"] and row["guarantee"] == "DP"
+            assert row["epsilon_pld"] <= row["epsilon_rdp"]
+            # its hyperparameters were chosen by dev AUROC among 2: a non-DP use of the dev patients
+            assert row["guarantee"] == "not DP (hyperparameters chosen on private dev data)"
             assert row["noise_source"] == "os_entropy"
         else:
             assert row["epsilon_prv"] is None and row["guarantee"] == "not DP (non-private)"
     released = [e for e in read_ledger(tmp_path / "ledger.jsonl") if e.status == "released"]
     assert sorted(e.what for e in released) == ["final fit", "final fit", "search trial 0", "search trial 1"]
+    assert sorted(e.guarantee for e in released) == ["dp", "dp", "non_private", "tuned"]
     assert {e.reservation for e in released} <= set(reservations.values())
 
 
-def test_over_budget_runs_are_refused_before_anything_is_trained(prepared, tmp_path):
+def test_over_budget_runs_are_refused_before_anything_is_trained(prepared, tmp_path, small_extract):
     from privehr.errors import InputError
     from tasks.privacy_ledger import ledger_totals, read_ledger
     from tasks.release_budget import check_privacy_budget
 
     run_dir, _, _, _ = prepared
     ledger = tmp_path / "ledger.jsonl"
-    raw = {"privacy": {"ledger_path": str(tmp_path / "scratch.jsonl")},
+    raw = {"data": {"hdf5_path": str(small_extract)}, "privacy": {"ledger_path": str(tmp_path / "scratch.jsonl")},
            "training": {"seeds": 2, "methods": ["dp_sgd"], "dp_sgd": {"epsilons": [1.0]}}}
     config = PipelineConfig.model_validate(raw)
     cells = [c for c in config.training.cells(["mort_icu"]) if c.model == "logistic_regression"]
@@ -109,3 +113,15 @@ def test_over_budget_runs_are_refused_before_anything_is_trained(prepared, tmp_p
         "methods": ["non_private"]})})
     with pytest.raises(InputError, match="without a DP guarantee"):
         check_privacy_budget.fn(run_dir, with_baseline.training.cells(["mort_icu"]), with_baseline)
+
+
+def test_a_delta_that_could_expose_a_record_is_refused(prepared, tmp_path, small_extract):
+    from privehr.errors import InputError
+    from tasks.release_budget import check_privacy_budget
+
+    run_dir, _, _, _ = prepared
+    config = PipelineConfig.model_validate({
+        "data": {"hdf5_path": str(small_extract)}, "privacy": {"ledger_path": str(tmp_path / "l.jsonl"), "delta": 0.05},
+        "training": {"methods": ["dp_sgd"], "dp_sgd": {"epsilons": [1.0]}}})
+    with pytest.raises(InputError, match="privacy.delta 0.05 is not below one over the number of training records"):
+        check_privacy_budget.fn(run_dir, config.training.cells(["mort_icu"]), config)
