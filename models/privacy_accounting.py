@@ -120,8 +120,9 @@ def _prv(history: History, delta: float, eps_error: float, epsilon_rdp: float) -
     try:
         prv = PRVAccountant()
         prv.history = list(history)
-        with warnings.catch_warnings():  # log(0) at the edge of PRV's domain for large q: harmless
-            warnings.simplefilter("ignore", RuntimeWarning)
+        with warnings.catch_warnings():  # log(0) at the edge of PRV's domain for large q; its RDP domain estimate's
+            warnings.simplefilter("ignore", RuntimeWarning)  # "largest alpha" note: both harmless
+            warnings.simplefilter("ignore", UserWarning)
             return float(prv.get_epsilon(delta, eps_error=eps_error)), eps_error
     except (ValueError, RuntimeError, AssertionError, MemoryError):  # known numerical failures (opacus #591, #601)
         return None, eps_error

@@ -125,3 +125,20 @@ def test_a_delta_that_could_expose_a_record_is_refused(prepared, tmp_path, small
         "training": {"methods": ["dp_sgd"], "dp_sgd": {"epsilons": [1.0]}}})
     with pytest.raises(InputError, match="privacy.delta 0.05 is not below one over the number of training records"):
         check_privacy_budget.fn(run_dir, config.training.cells(["mort_icu"]), config)
+
+
+def test_a_label_with_one_class_in_a_split_stops_the_run_before_training(tmp_path):
+    from privehr.errors import InputError
+    from tasks.split import check_labels
+
+    manifest = tmp_path / "split_manifest.json"
+    rates = {"train": {"mort_icu": 0.1, "los_3": 0.4}, "dev": {"mort_icu": 0.0, "los_3": 0.5},
+             "test": {"mort_icu": 0.2, "los_3": 1.0}}
+    manifest.write_text(json.dumps({"label_rates": rates}))
+    with pytest.raises(InputError, match="label mort_icu has a single class in the dev split.*nothing was trained"):
+        check_labels.fn(str(manifest), ["mort_icu", "los_3"])
+    with pytest.raises(InputError, match="label los_3 has a single class in the test split \\(every stay 1\\)"):
+        check_labels.fn(str(manifest), ["los_3"])
+    rates["dev"]["mort_icu"] = 0.05
+    manifest.write_text(json.dumps({"label_rates": rates}))
+    check_labels.fn(str(manifest), ["mort_icu"])  # both classes everywhere: the run goes on
