@@ -101,7 +101,7 @@ def test_deployment_run_shows_its_artifacts_in_the_ui(prefect_server, tmp_path):
     params = {"config": {"path": str(table), "mice": {"m": 1, "trace": False}, "mus": [2.0], "runs": 1,
                          "releases": 1, "dpnf": {"steps": 30, "blocks": 2, "hidden_size": 16},
                          "artifacts_dir": str(tmp_path / "artifacts"), "run_id": "ui",
-                         "ledger_path": str(tmp_path / "ledger.jsonl")}}
+                         "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")}}}
     out = _prefect(env, "deployment", "run", "privehr-synthesize/demo", "--params", json.dumps(params), "--watch",
                    "--watch-timeout", "400", timeout=450)
     assert "Completed" in out
