@@ -53,7 +53,8 @@ class DensityHyperparameters:
 
 @dataclass
 class DensityRelease:
-    """What was released and what it cost: mechanism, sigma, q, T, delta, epsilon (PRV, RDP, GDP), mu."""
+    """What was released and what it cost: the mechanism, the plan's record (sigma, q, T, C, delta, epsilon by
+    PRV, RDP and PLD, mu and GDP's epsilon) and where the noise came from."""
 
     mechanism: str                  # "dp_sgd" or "non_private"
     plan: dict | None               # ReleasePlan.record() of a DP release (sigma, q, T, C, delta, epsilons, mu)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 
@@ -153,6 +154,11 @@ class LedgerTotal:
     def guarantee(self) -> str:
         return f"DP: epsilon {self.epsilon_dp:.4g} at delta {self.delta:.2g}" if self.dp else "not DP"
 
+    @property
+    def why_not_dp(self) -> str:
+        """The counted releases without a guarantee, e.g. "12 release(s) not DP (non-private)"."""
+        return ", ".join(f"{n} release(s) {label}" for label, n in self.not_dp.items())
+
     def as_dict(self) -> dict:
         return asdict(self) | {"guarantee": self.guarantee}
 
@@ -164,22 +170,17 @@ def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5) -> LedgerTo
         raise ValueError("compose one dataset at a time")
     counted = effective_entries(entries)
     dp = [e for e in counted if e.guarantee == "dp"]
-    steps: dict[tuple[float, float], int] = {}
+    steps: Counter = Counter()
     for e in dp:
         if e.mechanism == "dp_sgd":  # T1 steps then T2 steps of one mechanism are T1 + T2 steps of it
-            steps[(e.noise_multiplier, e.sample_rate)] = steps.get((e.noise_multiplier, e.sample_rate), 0) + e.steps
+            steps[(e.noise_multiplier, e.sample_rate)] += e.steps
     history = [(sigma, q, t) for (sigma, q), t in steps.items()]
     c = compose_history(history, delta, eps_error=0.01)
     other = [e for e in dp if e.mechanism != "dp_sgd"]
     eps_other, delta_other = sum(e.epsilon for e in other), sum(e.delta for e in other)
-    not_dp: dict[str, int] = {}
-    for e in counted:
-        if e.guarantee != "dp":
-            not_dp[GUARANTEES[e.guarantee]] = not_dp.get(GUARANTEES[e.guarantee], 0) + 1
+    not_dp = dict(Counter(GUARANTEES[e.guarantee] for e in counted if e.guarantee != "dp"))
+    counts = dict(Counter(e.mechanism for e in counted))
     epsilon_dp = c.claimed + eps_other
-    counts: dict[str, int] = {}
-    for e in counted:
-        counts[e.mechanism] = counts.get(e.mechanism, 0) + 1
     return LedgerTotal(
         dataset=next(iter(datasets), ""), releases=sum(e.status == "released" for e in counted),
         pending=sum(e.status == "reserved" for e in counted),
@@ -213,9 +214,8 @@ def check_budget(existing: list[LedgerEntry], planned: list[LedgerEntry], budget
     if budget_epsilon is None:
         return BudgetVerdict(before, after, None, False, "no budget set")
     if not after.dp:
-        kinds = ", ".join(f"{n} {label}" for label, n in after.not_dp.items())
         return BudgetVerdict(before, after, budget_epsilon, True,
-                             f"releases without a DP guarantee have no finite epsilon to fit a budget ({kinds})")
+                             f"releases without a DP guarantee have no finite epsilon to fit a budget ({after.why_not_dp})")
     if after.epsilon_dp > budget_epsilon:
         return BudgetVerdict(before, after, budget_epsilon, True,
                              f"its DP epsilon would rise from {before.epsilon_dp:.4g} to {after.epsilon_dp:.4g} "

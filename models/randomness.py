@@ -66,6 +66,11 @@ class NoiseSource:
         """Seeds derived from ``key``: identical runs give identical noise. Not DP; for tests and debugging."""
         return cls("/".join(str(k) for k in key))
 
+    @classmethod
+    def for_release(cls, reproducible: bool, *key) -> "NoiseSource":
+        """The source of one release: OS entropy, or (the ``privacy.reproducible_noise`` switch) seeded by ``key``."""
+        return cls.reproducible(*key) if reproducible else cls.secret()
+
     @property
     def is_dp(self) -> bool:
         return self._key is None
@@ -73,6 +78,11 @@ class NoiseSource:
     @property
     def kind(self) -> str:
         return "os_entropy" if self._key is None else "reproducible"
+
+    @property
+    def guarantee(self) -> str:
+        """The ledger's guarantee of a DP mechanism run on this source (``models.privacy_ledger.GUARANTEES``)."""
+        return "dp" if self._key is None else "reproducible"
 
     @property
     def label(self) -> str:

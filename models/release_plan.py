@@ -31,7 +31,7 @@ from models.gaussian_dp import gdp_epsilon, gdp_mu, sigma_for_mu
 from models.privacy_ledger import LedgerEntry
 from models.privacy_accounting import PrivacySpend, calibrate_noise_multiplier, check_target_epsilon, epsilon_spent
 
-__all__ = ["ReleasePlan", "poisson_rate"]
+__all__ = ["ReleasePlan", "poisson_rate", "rate_batch"]
 
 
 def poisson_rate(n: int, expected_batch: int) -> float:
@@ -39,6 +39,11 @@ def poisson_rate(n: int, expected_batch: int) -> float:
     if n < 1:
         raise ValueError("a DP release needs at least one private record")
     return 1 / math.ceil(n / min(max(1, expected_batch), n))
+
+
+def rate_batch(n: int, rate: float) -> int:
+    """b = ceil(rate n), at least 1: the expected batch of a requested sampling rate (DP-NF's ``sample_rate``)."""
+    return max(1, math.ceil(rate * n))
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ class ReleasePlan:
     def for_steps(cls, n: int, rate: float, steps: int, *, kind: str, value: float, delta: float,
                   max_grad_norm: float = 1.0) -> "ReleasePlan":
         """DP-NF: T Poisson steps at q = 1 / ceil(n / ceil(rate n)); sigma for a mu or an epsilon budget."""
-        batch = max(1, math.ceil(rate * n))
+        batch = rate_batch(n, rate)
         q = poisson_rate(n, batch)
         if kind == "mu":
             if not (math.isfinite(value) and value > 0):
@@ -88,7 +93,7 @@ class ReleasePlan:
     def for_noise(cls, n: int, rate: float, steps: int, *, noise_multiplier: float, delta: float,
                   max_grad_norm: float = 1.0) -> "ReleasePlan":
         """A given sigma (benchmarks, conversions): T Poisson steps at q = 1 / ceil(n / ceil(rate n))."""
-        batch = max(1, math.ceil(rate * n))
+        batch = rate_batch(n, rate)
         q = poisson_rate(n, batch)
         return cls(n, batch, q, steps, noise_multiplier, max_grad_norm, delta, None, None,
                    epsilon_spent(noise_multiplier, q, steps, delta))

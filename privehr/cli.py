@@ -13,24 +13,13 @@ import sys
 from pathlib import Path
 
 from privehr.errors import InputError
+from privehr.strict_json import strict_dumps
 
 __all__ = ["main"]
 
 
-def _strict(value):
-    """JSON-safe: non-finite floats become None (``--json`` output is strict JSON, never ``Infinity``)."""
-    if isinstance(value, float):
-        return value if value == value and abs(value) != float("inf") else None
-    if isinstance(value, dict):
-        return {str(k): _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    return value
-
-
 def _emit(args, payload: dict, text: str) -> None:
-    print(json.dumps(_strict(json.loads(json.dumps(payload, default=str))), indent=2, allow_nan=False)
-          if args.json else text)
+    print(strict_dumps(payload, indent=2, default=str) if args.json else text)  # strict JSON: never Infinity
 
 
 def _cmd_demo_data(args) -> int:
@@ -211,7 +200,7 @@ def _cmd_privacy_ledger(args) -> int:
     lines = [f"privacy ledger {path}: {len(totals)} dataset(s)"]
     for t in totals:
         guarantee = (f"DP, epsilon {t.epsilon_dp:.4g} at delta {t.delta:.2g}" if t.dp else
-                     "NOT DP: " + ", ".join(f"{n} release(s) {label}" for label, n in t.not_dp.items()))
+                     f"NOT DP: {t.why_not_dp}")
         lines += [f"  dataset {short_dataset(t.dataset)}: {t.releases} release(s) {t.counts}"
                   + (f", {t.pending} reserved and not yet trained (counted)" if t.pending else ""),
                   f"    total guarantee: {guarantee}",

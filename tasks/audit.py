@@ -53,8 +53,7 @@ def _population(config: AuditConfig):
 
 
 def _noise(config: AuditConfig, *key) -> NoiseSource:
-    return (NoiseSource.reproducible("audit", config.seed, *key) if config.privacy.reproducible_noise
-            else NoiseSource.secret())
+    return NoiseSource.for_release(config.privacy.reproducible_noise, "audit", config.seed, *key)
 
 
 AUDIT = "membership-inference audit"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import math
 import json
 import os
 import secrets
@@ -29,13 +28,12 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
-
 from models.privacy_ledger import (BudgetVerdict, LedgerEntry, LedgerTotal, check_budget, compose_entries,
                                    effective_entries)
 from privehr.errors import InputError
+from privehr.strict_json import strict_dumps
 
-__all__ = ["Ledger", "read_ledger", "ledger_totals", "dataset_delta", "reserve", "record_release", "release_id", "strict_json",
+__all__ = ["Ledger", "read_ledger", "ledger_totals", "dataset_delta", "reserve", "record_release", "release_id",
            "BudgetExceeded", "short_dataset"]
 
 
@@ -51,17 +49,6 @@ def short_dataset(dataset: str) -> str:
     """A dataset id short enough for a message: "subjects-sha256:" ids keep 12 hex digits."""
     kind, _, digest = dataset.partition(":")
     return f"{kind}:{digest[:12]}" if digest else dataset[:40]
-
-
-def strict_json(value):
-    """``value`` with every non-finite float (numpy's too) replaced by None: json.dumps(allow_nan=False) accepts it."""
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: strict_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(v) for v in value]
-    return value
 
 
 def release_id(run_id: str, what: str) -> str:
@@ -97,7 +84,7 @@ class _Transaction:
         if not entries:
             return
         self._fh.seek(0, os.SEEK_END)
-        self._fh.write("".join(json.dumps(strict_json(e.as_dict()), allow_nan=False) + "\n" for e in entries))
+        self._fh.write("".join(strict_dumps(e.as_dict()) + "\n" for e in entries))
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self.entries += entries

@@ -14,6 +14,7 @@ trained. A refusal raises before anything is reserved or trained.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from prefect import task
@@ -22,7 +23,8 @@ from models.privacy_ledger import GUARANTEES, LedgerEntry, dataset_id_of
 from privehr.config import Budget, Cell, PipelineConfig, SynthesisConfig
 from privehr.errors import InputError
 from privehr.specs import load_ehr_spec
-from tasks.privacy_ledger import BudgetExceeded, Ledger, reserve, strict_json
+from privehr.strict_json import strict_dumps
+from tasks.privacy_ledger import BudgetExceeded, Ledger, reserve
 from tasks.run_directory import ledger_run
 from tasks.run_logging import run_logger
 from tasks.mimic_extract import read_patients
@@ -53,9 +55,7 @@ def synthesis_dataset_id(run_dir: str, config: SynthesisConfig) -> str:
 def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry], voided: int, what: str,
              refused: bool = False) -> dict:
     before, after = verdict.before, verdict.after
-    labels: dict[str, int] = {}
-    for e in planned.values():
-        labels[GUARANTEES[e.guarantee]] = labels.get(GUARANTEES[e.guarantee], 0) + 1
+    labels = dict(Counter(GUARANTEES[e.guarantee] for e in planned.values()))
     summary = {"dataset": dataset, "what": what, "refused": refused, "existing_releases": before.releases,
                "pending_reservations_before": before.pending, "voided_reservations": voided,
                "planned": len(planned), "planned_by_guarantee": labels,
@@ -65,7 +65,7 @@ def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry
                "epsilon_dp_after_run_by_accountant": {"prv": after.epsilon_dp_prv, "rdp": after.epsilon_dp_rdp,
                                                       "pld": after.epsilon_dp_pld},
                "not_dp_after_run": after.not_dp, "delta": after.delta, "budget_epsilon": verdict.budget_epsilon}
-    (Path(run_dir) / "privacy_budget.json").write_text(json.dumps(strict_json(summary), indent=2, allow_nan=False))
+    (Path(run_dir) / "privacy_budget.json").write_text(strict_dumps(summary, indent=2))
     if not refused:
         run_logger().info("privacy budget: %d planned %s reserved (%d voided); dataset after the run: %s",
                           len(planned), what, voided, after.guarantee)

@@ -16,7 +16,8 @@ from models.result_summary import summarise_runs
 from models.privacy_ledger import compose_entries
 from privehr.config import Cell, PrivacyConfig
 from tasks.figures import plot_auroc_vs_epsilon, plot_expm_boxplots
-from tasks.privacy_ledger import read_ledger, short_dataset, strict_json
+from privehr.strict_json import strict_dumps, strict_json
+from tasks.privacy_ledger import read_ledger, short_dataset
 from tasks.run_logging import in_prefect_run
 from tasks.synthesis_report import raw_accuracy
 
@@ -118,7 +119,7 @@ def ledger_lines(run_dir: Path, privacy: PrivacyConfig) -> tuple[str, dict | Non
     entries = [e for e in read_ledger(privacy.ledger_path) if e.dataset == b["dataset"]]
     total = compose_entries(entries, privacy.delta)
     status = (f"DP: epsilon {total.epsilon_dp:.4g} at delta {total.delta:.2g}" if total.dp else
-              "NOT DP (" + ", ".join(f"{n} release(s) {label}" for label, n in total.not_dp.items()) + ")")
+              f"NOT DP ({total.why_not_dp})")
     text = (f"Privacy ledger: dataset {short_dataset(b['dataset'])}, {total.releases} release(s) recorded"
             + (f", {total.pending} reserved and not yet trained" if total.pending else "")
             + f" (this run reserved {b['planned']}). The dataset's guarantee: {status}. DP releases alone: epsilon "
@@ -168,7 +169,7 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
               "figure": str(figure), "expm_boxplots": str(boxplots) if boxplots else None, "privacy_note": note,
               "dp_sgd_checks": checks, "privacy_ledger": ledger_total,
               "cohort": {k: cohort[k] for k in ("stays", "label_rates", "exclusions")}, "split": split}
-    (run_dir / "metrics.json").write_text(json.dumps(strict_json(result), indent=2, default=float, allow_nan=False))
+    (run_dir / "metrics.json").write_text(strict_dumps(result, indent=2, default=float))
     if in_prefect_run():
         create_table_artifact([{c: _cell(r.get(c)) for c in COLUMNS} for r in rows], key="privehr-results",
                               description=f"Median test metrics of run {run_dir.name}. {note}")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -34,12 +33,13 @@ from models.maf import MAF
 from models.noisy_count import noisy_count
 from models.privacy_ledger import GUARANTEES, LedgerEntry
 from models.randomness import NoiseSource
-from models.release_plan import ReleasePlan
+from models.release_plan import ReleasePlan, rate_batch
 from models.table_scaling import AffineScaling
 from privehr.config import Budget, SynthesisConfig
 from privehr.specs import load_ehr_spec
 from tasks.compute import share_cores
-from tasks.privacy_ledger import record_release, strict_json
+from privehr.strict_json import strict_dumps
+from tasks.privacy_ledger import record_release
 from tasks.progress import progress_artifact
 from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import run_logger
@@ -97,11 +97,11 @@ def release_patient_count(run_dir: str, config: SynthesisConfig, reservation: st
     if not needs_noisy_count(config, spec) or out.exists():
         return None
     summary = json.loads((Path(run_dir) / "imputation.json").read_text())
-    noise = NoiseSource.reproducible(COUNT_KEY) if config.privacy.reproducible_noise else NoiseSource.secret()
+    noise = NoiseSource.for_release(config.privacy.reproducible_noise, COUNT_KEY)
     count = noisy_count(summary["patients"]["train"] + summary["patients"]["test"], config.count_epsilon,
                         noise.numpy_generator("count"))
     record_release(config.privacy.ledger_path, reservation, LedgerEntry(
-        "", "", "dp", config.count_epsilon, guarantee="dp" if noise.is_dp else "reproducible", what="patient count"))
+        "", "", "dp", config.count_epsilon, guarantee=noise.guarantee, what="patient count"))
     out.write_text(json.dumps({"count": count, "epsilon": config.count_epsilon, "mechanism": "two-sided geometric",
                                "guarantee": noise.label}))
     run_logger().info("released the patient count with noise (epsilon %g)", config.count_epsilon)
@@ -134,12 +134,12 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: st
     plan = synthesis_plan(config, budget, len(x))
     seed = _seed(job)
     flow = seeded_build(lambda: MAF(len(attributes), nf.blocks, nf.hidden_size, nf.hidden_layers), seed).to(target)
-    hp = DensityHyperparameters(learning_rate=nf.learning_rate, batch_size=max(1, math.ceil(nf.sample_rate * len(x))),
+    hp = DensityHyperparameters(learning_rate=nf.learning_rate, batch_size=rate_batch(len(x), nf.sample_rate),
                                 steps=nf.steps, seed=seed)  # the non-private flow's minibatch: the plans' b
-    noise = NoiseSource.reproducible(job["job_id"]) if config.privacy.reproducible_noise else NoiseSource.secret()
+    noise = NoiseSource.for_release(config.privacy.reproducible_noise, job["job_id"])
     release = train_density(flow, x, hp, plan, noise,
                             progress=progress_artifact(f"DP-NF {job['job_id']}: DP-SGD steps"))
-    guarantee = "non_private" if plan is None else ("dp" if noise.is_dp else "reproducible")
+    guarantee = "non_private" if plan is None else noise.guarantee
     record_release(config.privacy.ledger_path, reservation,  # at once: a later failure loses no entry
                    LedgerEntry("", "", "non_private", what="DP-NF flow") if plan is None
                    else plan.ledger_entry(guarantee, "DP-NF flow"))
@@ -176,7 +176,7 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: st
               "scaling": {"kind": config.scaling, "inside_guarantee": not scaling.private_},
               "releasable": releasable, "files": files, "flow": str(flows_dir / f"{job['job_id']}.pt"),
               "model": {"blocks": nf.blocks, "hidden_size": nf.hidden_size, "hidden_layers": nf.hidden_layers}}
-    path.write_text(json.dumps(strict_json(record), indent=2, default=float, allow_nan=False))
+    path.write_text(strict_dumps(record, indent=2, default=float))
     run_logger().info("synthesize %s: %s (%s), T=%d, epsilon %s; %d tables (%d non-finite rows dropped)",
                       job["job_id"], release.mechanism, GUARANTEES[guarantee], nf.steps, release.epsilon,
                       config.releases, nonfinite)

@@ -6,7 +6,7 @@ test (seed 000, Appendix D). Every task writes its files into the run directory 
 aggregate numbers.
 
 Privacy: a DP-SGD fit (final or search trial) trains by its :class:`~models.release_plan.ReleasePlan`
-(the one the budget check reserved) with noise from :func:`noise_source`, and enters the ledger as
+(the one the budget check reserved) with noise from ``NoiseSource.for_release``, and enters the ledger as
 soon as it is trained, before its model is written anywhere (:func:`tasks.privacy_ledger.record_release`);
 non-private and ExpM+NF fits enter it the same way, as releases without a DP guarantee.
 """
@@ -35,18 +35,13 @@ from privehr.config import Cell, PrivacyConfig, TrainingConfig
 from tasks.compute import share_cores
 from tasks.expm_nf import default_expm_hyperparameters, fit_expm_nf
 from tasks.features import load_split
-from tasks.privacy_ledger import record_release, strict_json
+from privehr.strict_json import strict_dumps, strict_json
+from tasks.privacy_ledger import record_release
 from tasks.progress import progress_artifact
 from tasks.run_logging import run_logger
 
-__all__ = ["search_hyperparameters", "fit_and_evaluate", "default_hyperparameters", "dp_sgd_plan", "noise_source",
-           "guarantee",
+__all__ = ["search_hyperparameters", "fit_and_evaluate", "default_hyperparameters", "dp_sgd_plan", "guarantee",
            "search_configurations", "saved_search", "saved_fit", "fit_key", "trial_key"]
-
-
-def noise_source(privacy: PrivacyConfig, *key) -> NoiseSource:
-    """The release's randomness: OS entropy, or (``privacy.reproducible_noise``, not DP) seeded by ``key``."""
-    return NoiseSource.reproducible(*key) if privacy.reproducible_noise else NoiseSource.secret()
 
 
 def dp_sgd_plan(n: int, hp: dict, cell: Cell, privacy: PrivacyConfig) -> ReleasePlan:
@@ -117,7 +112,7 @@ def _train(cell: Cell, hp: dict, training: TrainingConfig, privacy: PrivacyConfi
     plan = dp_sgd_plan(len(y), hp, cell, privacy)
     if reservation is None:
         raise RuntimeError(f"{cell.cell_id} {what}: a DP-SGD release needs a reservation from the budget check")
-    noise = noise_source(privacy, cell.cell_id, what, seed)
+    noise = NoiseSource.for_release(privacy.reproducible_noise, cell.cell_id, what, seed)
     model, result = train_dp_sgd(model, inputs, y, DPSGDHyperparameters(hp["learning_rate"], hp["weight_decay"]),
                                  plan, noise, cell.loss, progress=progress)
     record_release(privacy.ledger_path, reservation, plan.ledger_entry(guarantee("dp_sgd", privacy, training, what),
@@ -212,11 +207,10 @@ def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConf
         if best["epochs"] is not None and cell.method == "non_private":
             chosen["epochs"] = max(1, int(best["epochs"]))
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(strict_json({"key": key, "cell": cell.model_dump(), "budget": training.search_budget,
-                                           "trials": trials, "chosen": chosen,
-                                           "note": "tuned on private dev data: a DP-SGD fit of these hyperparameters "
-                                                   "is recorded as not DP when more than one was tried"}),
-                              indent=1, allow_nan=False))
+    out.write_text(strict_dumps({"key": key, "cell": cell.model_dump(), "budget": training.search_budget,
+                                 "trials": trials, "chosen": chosen,
+                                 "note": "tuned on private dev data: a DP-SGD fit of these hyperparameters is "
+                                         "recorded as not DP when more than one was tried"}, indent=1))
     run_logger().info("search %s: %d configuration(s) trained, chose %s", cell.cell_id, len(trials), chosen)
     return chosen
 
@@ -262,7 +256,7 @@ def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed:
            "guarantee": GUARANTEES[guarantee(cell.method, privacy, training)],
            "fit_seconds": round(time.perf_counter() - start, 2)}
     row = strict_json(row)
-    result_path.write_text(json.dumps({"key": key, "value": row}, allow_nan=False))  # last: marks the cell as done
+    result_path.write_text(strict_dumps({"key": key, "value": row}))  # last: marks the cell as done
     run_logger().info("fit %s seed %d: test AUROC %.3f%s", cell.cell_id, seed, metrics["auroc"],
                       f", epsilon {info['epsilon']:.3g} ({info['accountant']})" if "epsilon" in info else "")
     return row
