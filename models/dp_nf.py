@@ -37,6 +37,7 @@ from models.dp_sgd import check_accounted, endless, make_private_poisson
 from models.masked_clipping import clipped_gradient_sum
 from models.randomness import NoiseSource, gaussian_noise
 from models.release_plan import ReleasePlan
+from models.step_history import run_steps
 
 __all__ = ["DensityHyperparameters", "DensityRelease", "train_density", "mean_log_likelihood"]
 
@@ -142,14 +143,7 @@ def train_density(flow: nn.Module, x: torch.Tensor, hp: DensityHyperparameters =
         total_steps = plan.steps
         steps = (_masked_steps(flow, x, optimizer, plan, noise) if grad_sample_mode == "masked"
                  else _opacus_steps(flow, x, optimizer, plan, noise, grad_sample_mode, accounted))
-    history, total, seen = [], 0.0, 0
-    for step, (loss, size) in zip(range(1, total_steps + 1), steps):
-        total, seen = total + loss * size, seen + size
-        if step % log_every == 0 or step == total_steps:
-            history.append({"step": step, "train_nll": total / max(seen, 1)})
-            total, seen = 0.0, 0
-            if progress is not None:
-                progress(step, total_steps)
+    history = run_steps(steps, total_steps, log_every, progress, "train_nll")
     if plan is None:
         return DensityRelease("non_private", None, "none", history)
     if accounted:

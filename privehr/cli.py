@@ -233,9 +233,9 @@ def _cmd_privacy_convert(args) -> int:
     return 0
 
 
-def _cmd_synthesize(args) -> int:
-    from privehr.config import SynthesisConfig
-
+def _release_run_settings(args, flat: dict, nested: tuple = ()) -> dict:
+    """The raw settings of a releasing run: ``--config`` YAML, then the options given (``flat`` top-level keys,
+    ``nested`` (section, key, value) triples), the privacy options, ``--no-non-private`` and ``--resume``."""
     raw = {}
     if args.config is not None:
         import yaml
@@ -243,22 +243,32 @@ def _cmd_synthesize(args) -> int:
         if not args.config.exists():
             raise InputError(f"config file not found: {args.config}")
         raw = yaml.safe_load(args.config.read_text()) or {}
-    raw |= {k: v for k, v in {"path": args.data, "spec": args.spec, "run_id": args.run_id,
-                               "artifacts_dir": args.artifacts_dir, "runs": args.runs, "releases": args.releases,
-                               "mus": args.mu, "epsilons": args.epsilon}.items() if v is not None}
-    for key, value in (("delta", args.delta), ("budget_epsilon", args.budget_epsilon)):
+        if not isinstance(raw, dict):
+            raise InputError(f"config file {args.config} must hold a mapping of settings")
+    raw |= {k: v for k, v in {**flat, "run_id": args.run_id, "artifacts_dir": args.artifacts_dir}.items()
+            if v is not None}
+    for section, key, value in (("privacy", "delta", args.delta), ("privacy", "budget_epsilon", args.budget_epsilon),
+                                *nested):
         if value is not None:
-            raw.setdefault("privacy", {})[key] = value
-    if (args.mu is None) != (args.epsilon is None):  # budgets given on the command line are the whole grid
-        raw.setdefault("mus" if args.mu is None else "epsilons", [])
+            node = raw
+            for part in section.split("."):
+                node = node.setdefault(part, {})
+            node[key] = value
     if args.no_non_private:
         raw["non_private"] = False
     if args.resume:
         raw["resume"] = True
-    if args.m is not None:
-        raw.setdefault("mice", {})["m"] = args.m
-    if args.steps is not None:
-        raw.setdefault("dpnf", {})["steps"] = args.steps
+    return raw
+
+
+def _cmd_synthesize(args) -> int:
+    from privehr.config import SynthesisConfig
+
+    raw = _release_run_settings(args, {"path": args.data, "spec": args.spec, "runs": args.runs,
+                                       "releases": args.releases, "mus": args.mu, "epsilons": args.epsilon},
+                                (("mice", "m", args.m), ("dpnf", "steps", args.steps)))
+    if (args.mu is None) != (args.epsilon is None):  # budgets given on the command line are the whole grid
+        raw.setdefault("mus" if args.mu is None else "epsilons", [])
     try:
         config = SynthesisConfig.model_validate(raw)
     except ValueError as err:
@@ -278,6 +288,34 @@ def _cmd_synthesize(args) -> int:
         f"{summary['flows']} flows, {summary['tables']} synthetic tables",
         f"  mean SVM accuracy (train on synthetic, test on real) by budget: {means}",
         f"  report: {summary['report']}", f"run directory: {summary['run_dir']}"]))
+    return 0
+
+
+def _cmd_infer(args) -> int:
+    from privehr.inference_config import InferenceConfig
+
+    raw = _release_run_settings(
+        args, {"data_path": args.data, "model": args.model, "subjects": args.subjects, "mus": args.mu,
+               "runs": args.runs, "routes": args.routes, "losses": args.losses, "temperature": args.temperature},
+        (("vi", "steps", args.steps), ("vi", "draws", args.draws), ("synthetic", "datasets", args.datasets),
+         ("synthetic.density", "steps", args.density_steps)))
+    try:
+        config = InferenceConfig.model_validate(raw)
+    except ValueError as err:
+        raise InputError(f"invalid infer settings: {err}") from None
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.private_inference import private_inference
+
+    summary = private_inference(config, args.device)
+    lines = [f"{summary['releases']} posterior(s) of {', '.join(summary['parameters'])}"]
+    for key, column in summary["columns"].items():
+        eps = f", epsilon {column['privacy']['epsilon_prv']:.2f}" if "privacy" in column else ""
+        means = " ".join(f"{v:.3f}" for v in column["runs"]["mean"]["mean"])
+        versus = (f"; correlation RMSE vs exact {column['vs_exact']['correlation_rmse']:.3f}"
+                  if "vs_exact" in column and key != "exact" else "")
+        lines.append(f"  {key}{eps}: posterior mean {means}{versus}")
+    lines += [f"  report: {summary['report']}", f"run directory: {summary['run_dir']}"]
+    _emit(args, summary, "\n".join(lines))
     return 0
 
 
@@ -302,6 +340,17 @@ def _cmd_audit(args) -> int:
     lines.append(f"  files: {args.run_dir}/audit/audit.json, lira_roc.png")
     _emit(args, report, "\n".join(lines))
     return 0
+
+
+def _add_release_run_options(parser: argparse.ArgumentParser, resumed: str) -> None:
+    """Options of every command whose run makes DP releases: delta, budget, resume, device and where it goes."""
+    parser.add_argument("--delta", type=float, help="delta of every (epsilon, delta) statement (default 1e-5)")
+    parser.add_argument("--budget-epsilon", type=float, help="refuse the run if the dataset's composed epsilon "
+                                                             "would exceed this (nothing is trained)")
+    parser.add_argument("--resume", action="store_true", help=f"continue --run-id: {resumed}")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--run-id")
+    parser.add_argument("--artifacts-dir", type=Path)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -416,14 +465,28 @@ def _parser() -> argparse.ArgumentParser:
     synth.add_argument("--releases", type=int, help="synthetic tables per flow")
     synth.add_argument("--steps", type=int, help="DP-SGD steps T")
     synth.add_argument("--no-non-private", action="store_true", help="no non-private comparison flow (mu = inf)")
-    synth.add_argument("--delta", type=float, help="delta of every (epsilon, delta) statement (default 1e-5)")
-    synth.add_argument("--budget-epsilon", type=float, help="refuse the run if the table's composed epsilon would "
-                                                            "exceed this (nothing is trained)")
-    synth.add_argument("--resume", action="store_true", help="continue --run-id: trained flows are not retrained")
-    synth.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    synth.add_argument("--run-id")
-    synth.add_argument("--artifacts-dir", type=Path)
+    _add_release_run_options(synth, "trained flows are not retrained")
     synth.set_defaults(func=_cmd_synthesize)
+
+    infer = sub.add_parser("infer", parents=[common], help="private posterior inference (seed 002 Section 4): "
+                           "DP-NF-VI and VI on DP synthetic data beside the exact posterior (Tables 6-7)")
+    infer.add_argument("--config", type=Path, help="YAML of InferenceConfig settings")
+    infer.add_argument("--data", type=Path, help="CSV of records, one row per subject (default: simulate the "
+                                                 "paper's design)")
+    infer.add_argument("--model", help="registered likelihood (default nonlinear_repeated_measures)")
+    infer.add_argument("--subjects", type=int, help="simulated subjects (default 6000)")
+    infer.add_argument("--mu", type=float, nargs="+", help="mu-GDP budgets (default 6.68 1.12 0.50 0.27)")
+    infer.add_argument("--runs", type=int, help="releases per column (default 5)")
+    infer.add_argument("--routes", nargs="+", choices=("dp_nf_vi", "synthetic_vi"))
+    infer.add_argument("--losses", nargs="+", choices=("free_energy", "tempered"), help="DP-NF-VI losses")
+    infer.add_argument("--temperature", type=float, help="tau of the tempered loss (default 0.1)")
+    infer.add_argument("--steps", type=int, help="VI steps T (default 8000)")
+    infer.add_argument("--draws", type=int, help="Monte Carlo draws per step (default 1000)")
+    infer.add_argument("--density-steps", type=int, help="DP-NF steps of route (b) (default 8000)")
+    infer.add_argument("--datasets", type=int, help="synthetic tables per DP-NF (default 5)")
+    infer.add_argument("--no-non-private", action="store_true", help="no exact posterior and no non-private NF-VI")
+    _add_release_run_options(infer, "finished fits are not redone")
+    infer.set_defaults(func=_cmd_infer)
 
     audit = sub.add_parser("audit", parents=[common], help="LiRA and one-run audit of a finished run")
     audit.add_argument("run_dir", type=Path, help="artifacts/<run-id> of a privehr-pipeline run")

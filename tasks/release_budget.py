@@ -32,8 +32,8 @@ from tasks.synthesis import COUNT_KEY, imputed_tables, needs_noisy_count, synthe
 from tasks.train import (default_hyperparameters, dp_sgd_plan, fit_key, guarantee, saved_fit, saved_search,
                          search_configurations, trial_key)
 
-__all__ = ["check_privacy_budget", "check_synthesis_budget", "pipeline_dataset_id",
-           "synthesis_dataset_id"]
+__all__ = ["check_privacy_budget", "check_synthesis_budget", "pipeline_dataset_id", "synthesis_dataset_id",
+           "reserve_planned", "check_delta"]
 
 
 def pipeline_dataset_id(config: PipelineConfig) -> str:
@@ -72,7 +72,7 @@ def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry
     return summary
 
 
-def _reserve(run_dir: str, dataset: str, config, planned: dict[str, LedgerEntry], what: str) -> dict[str, str]:
+def reserve_planned(run_dir: str, dataset: str, config, planned: dict[str, LedgerEntry], what: str) -> dict[str, str]:
     """Reserve ``planned``; write privacy_budget.json whether or not the budget admits it."""
     privacy = config.privacy
     try:
@@ -85,7 +85,7 @@ def _reserve(run_dir: str, dataset: str, config, planned: dict[str, LedgerEntry]
     return reservations
 
 
-def _check_delta(delta: float, records: int) -> None:
+def check_delta(delta: float, records: int) -> None:
     """delta must be well below 1/n: a delta of 1/n allows releasing one record outright."""
     if delta >= 1 / records:
         raise InputError(f"privacy.delta {delta:g} is not below one over the number of training records, so a "
@@ -108,7 +108,7 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
     training, privacy = config.training, config.privacy
     counts = json.loads((Path(run_dir) / "split_manifest.json").read_text())["counts"]
     n_train, n_fit = counts["train"]["stays"], counts["train"]["stays"] + counts["dev"]["stays"]
-    _check_delta(privacy.delta, n_train)
+    check_delta(privacy.delta, n_train)
     planned: dict[str, LedgerEntry] = {}
     for cell in cells:
         chosen = saved_search(run_dir, cell, training) if config.resume else None
@@ -123,7 +123,7 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
                 continue  # finished by an earlier attempt: already in the ledger
             planned[fit_key(cell, seed)] = _entry(cell, config, plan, "final fit")
     try:
-        return _reserve(run_dir, pipeline_dataset_id(config), config, planned, "grid release(s)")
+        return reserve_planned(run_dir, pipeline_dataset_id(config), config, planned, "grid release(s)")
     except BudgetExceeded as refused:
         if config.synthesis is None:
             raise
@@ -135,7 +135,7 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
 def check_synthesis_budget(run_dir: str, config: SynthesisConfig) -> dict[str, str]:
     """Reserve this run's DP-NF flows (and its non-private one) before any is trained; raise if over budget."""
     n = json.loads((Path(run_dir) / "imputation.json").read_text())["patients"]["train"]
-    _check_delta(config.privacy.delta, n)
+    check_delta(config.privacy.delta, n)
     kind = "reproducible" if config.privacy.reproducible_noise else "dp"
     planned = {}
     for job in config.jobs():
@@ -146,4 +146,4 @@ def check_synthesis_budget(run_dir: str, config: SynthesisConfig) -> dict[str, s
                                   else plan.ledger_entry(kind, "DP-NF flow"))
     if needs_noisy_count(config, load_ehr_spec(config.spec)) and not (Path(run_dir) / "released_count.json").exists():
         planned[COUNT_KEY] = LedgerEntry("", "", "dp", config.count_epsilon, guarantee=kind, what="patient count")
-    return _reserve(run_dir, synthesis_dataset_id(run_dir, config), config, planned, "DP-NF flow(s)")
+    return reserve_planned(run_dir, synthesis_dataset_id(run_dir, config), config, planned, "DP-NF flow(s)")

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from privehr.config import PipelineConfig, load_config
@@ -23,3 +24,12 @@ def test_the_nightly_deployment_validates_and_has_its_schedule():
     nightly = _pipeline("nightly")
     PipelineConfig.model_validate(nightly["parameters"]["config"])
     assert [s["cron"] for s in nightly["schedules"]] == ["0 3 * * *"]
+
+
+def test_the_private_inference_deployment_runs_the_papers_settings():
+    from privehr.inference_config import InferenceConfig
+
+    (deployment,) = [d for d in DEPLOYMENTS if d["entrypoint"] == "flows/private_inference.py:private_inference"]
+    config = InferenceConfig.model_validate(deployment["parameters"]["config"])
+    assert config.mus == [6.68, 1.12, 0.50, 0.27] and config.vi.steps == 8000 and config.vi.draws == 1000
+    assert config.runs == 5 and config.synthetic.density.sample_rate == pytest.approx(500 / 6000)

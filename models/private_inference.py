@@ -1,0 +1,93 @@
+"""The two routes to a private posterior compared by Su, Wang, Schiavazzi, Liu (2023, arXiv:2302.05787), Section 4.
+
+(a) **DP-NF-VI** (:func:`private_posterior`): a variational flow over the parameters trained on the records by
+    DP-SGD (:mod:`models.dp_vi`, Algorithm 2), the released flow then sampled (post-processing).
+(b) **VI on DP synthetic data** (:func:`synthetic_posterior`): a DP-NF density of the records (:mod:`models.dp_nf`,
+    Algorithm 1), ``datasets`` synthetic tables drawn from it, ordinary NF-VI on each (post-processing: no
+    further privacy cost), and the posteriors pooled by concatenating equally many draws of each (the mixture of
+    the per-table posteriors, as multiple imputation pools).
+
+Both return :func:`models.dp_vi.posterior_summary` dictionaries (posterior mean, SD, correlation) and the
+release record of the one DP release they make. Pure math: no files, no Prefect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from models.dp_nf import DensityHyperparameters, DensityRelease, train_density
+from models.dp_vi import VIHyperparameters, VIRelease, posterior_summary, train_vi, untemper
+from models.likelihood import Likelihood
+from models.maf import MAF
+from models.randomness import NoiseSource
+from models.release_plan import ReleasePlan
+from models.variational_flow import VariationalFlow
+
+__all__ = ["FlowShape", "private_posterior", "synthetic_posterior", "PosteriorFit"]
+
+
+@dataclass(frozen=True)
+class FlowShape:
+    """Seed 002: one MADE with one hidden layer of 10 units."""
+
+    blocks: int = 1
+    hidden_size: int = 10
+    hidden_layers: int = 1
+
+
+@dataclass
+class PosteriorFit:
+    summary: dict                 # posterior mean, sd, correlation
+    release: VIRelease | DensityRelease
+    draws: torch.Tensor           # (summary_draws, d) draws of theta (pooled for route (b)), on the CPU
+    parts: list[dict] | None = None  # route (b): the summary of each synthetic table's posterior
+
+
+def _build(build, seed: int):
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)  # initial weights: public, data-independent
+    try:
+        return build()
+    finally:
+        torch.random.set_rng_state(state)
+
+
+def _fit_vi(likelihood: Likelihood, records: torch.Tensor, hp: VIHyperparameters, shape: FlowShape, seed: int,
+            summary_draws: int, plan: ReleasePlan | None = None, noise: NoiseSource | None = None):
+    flow = _build(lambda: VariationalFlow(likelihood.dim, shape.blocks, shape.hidden_size, shape.hidden_layers), seed)
+    flow = flow.to(device=records.device, dtype=records.dtype)
+    release = train_vi(flow, likelihood, records, hp, plan, noise)
+    draws = flow.sample(summary_draws, torch.Generator(device=records.device).manual_seed(seed + 1))
+    return untemper(draws, hp.temperature).cpu(), release
+
+
+def private_posterior(likelihood: Likelihood, records: torch.Tensor, hp: VIHyperparameters, shape: FlowShape,
+                      plan: ReleasePlan | None, noise: NoiseSource | None = None, seed: int = 0,
+                      summary_draws: int = 20000) -> PosteriorFit:
+    """Route (a), DP-NF-VI at ``plan`` (None: the non-private NF-VI)."""
+    draws, release = _fit_vi(likelihood, records, hp, shape, seed, summary_draws, plan, noise)
+    return PosteriorFit(posterior_summary(draws), release, draws)
+
+
+def synthetic_posterior(likelihood: Likelihood, records: torch.Tensor, density: DensityHyperparameters,
+                        density_shape: FlowShape, plan: ReleasePlan | None, hp: VIHyperparameters, shape: FlowShape,
+                        datasets: int, rows: int, noise: NoiseSource | None = None, seed: int = 0,
+                        summary_draws: int = 20000) -> PosteriorFit:
+    """Route (b): DP-NF of the records at ``plan``, ``datasets`` tables of ``rows`` rows, NF-VI on each, pooled."""
+    flow = _build(lambda: MAF(records.shape[1], density_shape.blocks, density_shape.hidden_size,
+                                    density_shape.hidden_layers), seed)
+    flow = flow.to(device=records.device, dtype=records.dtype)
+    release = train_density(flow, records, density, plan, noise)
+    flow.eval()
+    generator = torch.Generator().manual_seed(seed + 2)  # sampling the released flow: post-processing
+    pooled, parts = [], []
+    per_table = -(-summary_draws // datasets)
+    for k in range(datasets):
+        synthetic = likelihood.support(flow.sample(rows, generator).to(records.dtype))
+        draws, _ = _fit_vi(likelihood, synthetic, hp, shape, seed + 10 * (k + 1), per_table)
+        parts.append(posterior_summary(draws))
+        pooled.append(draws)
+    pooled = torch.cat(pooled)
+    return PosteriorFit(posterior_summary(pooled), release, pooled, parts)

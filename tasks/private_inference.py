@@ -1,0 +1,254 @@
+"""Tasks of ``privehr-private-inference``: the records, the budget, one posterior fit per job, the exact posterior.
+
+The records (one row per subject, the DP unit) are patient-level: they stay under ``intermediate/``. Every fit
+enters the privacy ledger as soon as it exists (DP-NF-VI and the route-(b) DP-NF as DP releases with their plan's
+epsilon by PRV, RDP and PLD; the exact posterior and the non-private NF-VI as releases without a guarantee), and
+writes ``posteriors/<job>.json`` (posterior mean, SD, correlation, the plan's record) and a sample of its draws.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from prefect import task
+
+from models.device import resolve_device
+from models.dp_nf import DensityHyperparameters
+from models.dp_vi import VIHyperparameters
+from models.likelihood import Likelihood, get_likelihood
+from models.posterior_reference import reference_posterior
+from models.privacy_ledger import LedgerEntry, dataset_id_of
+from models.private_inference import FlowShape, private_posterior, synthetic_posterior
+from models.randomness import NoiseSource
+from models.release_plan import ReleasePlan, rate_batch
+from privehr.config import DPNFConfig
+from privehr.errors import InputError
+from privehr.inference_config import InferenceConfig, VIConfig
+from privehr.strict_json import strict_dumps
+from tasks.compute import share_cores
+from tasks.privacy_ledger import Ledger, record_release
+from tasks.release_budget import check_delta, reserve_planned
+from tasks.run_directory import INTERMEDIATE
+from tasks.run_logging import run_logger
+
+__all__ = ["inference_likelihood", "prepare_records", "check_inference_budget", "exact_posterior", "fit_posterior",
+           "vi_hyperparameters", "vi_plan", "density_plan", "density_hyperparameters", "POSTERIORS", "EXACT_KEY",
+           "result_path"]
+
+POSTERIORS = "posteriors"
+EXACT_KEY = "exact"
+KEPT_DRAWS = 2000  # draws of each posterior kept for the figures
+
+
+def inference_likelihood(config: InferenceConfig) -> Likelihood:
+    try:
+        return get_likelihood(config.model)
+    except ValueError as err:
+        raise InputError(f"{err}; set model to one of them") from None
+
+
+def _records_path(run_dir: str | Path) -> Path:
+    return Path(run_dir) / INTERMEDIATE / "records.pt"
+
+
+def result_path(run_dir: str | Path, key: str) -> Path:
+    return Path(run_dir) / POSTERIORS / f"{key}.json"
+
+
+def _read_table(path: Path, likelihood: Likelihood) -> torch.Tensor:
+    """The user's records: the model's columns, numeric and finite; errors name columns and counts, never values."""
+    if not path.exists():
+        raise InputError(f"records file not found: {path}; pass data_path, or leave it out to simulate the design")
+    try:
+        table = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+        raise InputError(f"{path} is not a readable CSV table; deliver one row per subject with a header row") from None
+    missing = [c for c in likelihood.record_names if c not in table.columns]
+    if missing:
+        raise InputError(f"{path} lacks the column(s) {', '.join(missing)} that model {likelihood.name!r} needs; "
+                         f"its records have the columns {', '.join(likelihood.record_names)}")
+    values = table[list(likelihood.record_names)].apply(pd.to_numeric, errors="coerce")
+    bad = {c: int(n) for c, n in (~np.isfinite(values)).sum().items() if n}
+    if bad:
+        listed = ", ".join(f"{c} ({n} row(s))" for c, n in bad.items())
+        raise InputError(f"{path}: missing or non-numeric values in {listed}; impute or drop those subjects first")
+    return torch.tensor(values.to_numpy(), dtype=torch.float32)
+
+
+@task(name="prepare-inference-records")
+def prepare_records(run_dir: str, config: InferenceConfig) -> int:
+    """Read (or simulate) the records into ``intermediate/records.pt``; return their number."""
+    likelihood = inference_likelihood(config)
+    out = _records_path(run_dir)
+    if not (config.resume and out.exists()):
+        if config.data_path is not None:
+            records = _read_table(Path(config.data_path), likelihood)
+        else:
+            try:
+                records = likelihood.simulate(config.subjects, torch.Generator().manual_seed(config.data_seed))
+            except NotImplementedError as err:
+                raise InputError(f"{err}; pass data_path with the records") from None
+        torch.save(records, out)
+    n = len(torch.load(out))
+    run_logger().info("records: %d subject(s), model %s", n, config.model)
+    return n
+
+
+def _records(run_dir: str | Path, device: torch.device) -> torch.Tensor:
+    return torch.load(_records_path(run_dir)).to(device)
+
+
+def inference_dataset_id(config: InferenceConfig, n: int) -> str:
+    """The steward's ``privacy.dataset_id``, else the keyed hash of the delivered file's bytes (or of the
+    simulation's identity)."""
+    if config.privacy.dataset_id:
+        return config.privacy.dataset_id
+    if config.data_path is not None:
+        identity = hashlib.sha256(Path(config.data_path).read_bytes()).hexdigest()
+    else:
+        identity = f"simulated/{config.model}/{config.data_seed}/{n}"
+    return dataset_id_of([identity], Ledger(config.privacy.ledger_path).key())
+
+
+def vi_hyperparameters(vi: VIConfig, n: int, temperature: float = 1.0, seed: int = 0) -> VIHyperparameters:
+    return VIHyperparameters(learning_rate=vi.learning_rate, lr_decay=vi.lr_decay, draws=vi.draws, steps=vi.steps,
+                             batch_size=rate_batch(n, vi.sample_rate), optimizer=vi.optimizer,
+                             temperature=temperature, seed=seed)
+
+
+def vi_plan(vi: VIConfig, n: int, mu: float, delta: float) -> ReleasePlan:
+    return ReleasePlan.for_steps(n, vi.sample_rate, vi.steps, kind="mu", value=mu, delta=delta,
+                                 max_grad_norm=vi.max_grad_norm)
+
+
+def density_plan(density: DPNFConfig, n: int, mu: float, delta: float) -> ReleasePlan:
+    return ReleasePlan.for_steps(n, density.sample_rate, density.steps, kind="mu", value=mu, delta=delta,
+                                 max_grad_norm=density.max_grad_norm)
+
+
+def density_hyperparameters(density: DPNFConfig, n: int, seed: int) -> DensityHyperparameters:
+    return DensityHyperparameters(learning_rate=density.learning_rate, batch_size=rate_batch(n, density.sample_rate),
+                                  steps=density.steps, seed=seed)
+
+
+def _planned_entry(job: dict, config: InferenceConfig, n: int, kind: str) -> LedgerEntry:
+    if job["route"] == "nf_vi":
+        return LedgerEntry("", "", "non_private", what="NF-VI posterior")
+    if job["route"] == "dp_nf_vi":
+        return vi_plan(config.vi, n, job["mu"], config.privacy.delta).ledger_entry(kind, "DP-NF-VI posterior")
+    return density_plan(config.synthetic.density, n, job["mu"], config.privacy.delta).ledger_entry(
+        kind, "DP-NF of the records (VI on synthetic data)")
+
+
+@task(name="check-inference-budget")
+def check_inference_budget(run_dir: str, config: InferenceConfig, n: int) -> dict[str, str]:
+    """Reserve every posterior release of the run before any is fitted; raise if the budget would be exceeded."""
+    check_delta(config.privacy.delta, n)
+    kind = "reproducible" if config.privacy.reproducible_noise else "dp"
+    planned: dict[str, LedgerEntry] = {}
+    if config.non_private and not (config.resume and result_path(run_dir, EXACT_KEY).exists()):
+        planned[EXACT_KEY] = LedgerEntry("", "", "non_private", what="exact posterior")
+    for job in config.jobs():
+        if not (config.resume and result_path(run_dir, job["job_id"]).exists()):
+            planned[job["job_id"]] = _planned_entry(job, config, n, kind)
+    return reserve_planned(run_dir, inference_dataset_id(config, n), config, planned, "posterior release(s)")
+
+
+def _write(run_dir: str, key: str, result: dict, draws: torch.Tensor) -> str:
+    folder = Path(run_dir) / POSTERIORS
+    folder.mkdir(exist_ok=True)
+    np.save(folder / f"{key}.draws.npy", draws[:KEPT_DRAWS].numpy().astype(np.float32))
+    path = result_path(run_dir, key)
+    path.write_text(strict_dumps(result, indent=2))  # written last: its existence means the fit is complete
+    return str(path)
+
+
+@task(name="exact-posterior")
+def exact_posterior(run_dir: str, config: InferenceConfig, reservation: str | None) -> str | None:
+    """The exact posterior by importance sampling (the paper's "original nonlinear model" column); not DP."""
+    if not config.non_private:
+        return None
+    path = result_path(run_dir, EXACT_KEY)
+    if config.resume and path.exists():
+        return str(path)
+    if reservation is None:
+        raise RuntimeError("exact posterior: no reservation from the budget check")
+    share_cores()
+    start = time.perf_counter()
+    likelihood = inference_likelihood(config)
+    records = _records(run_dir, torch.device("cpu")).double()
+    reference = reference_posterior(likelihood, records, draws=config.reference_draws)
+    record_release(config.privacy.ledger_path, reservation, LedgerEntry("", "", "non_private", what="exact posterior"))
+    if not reference.reliable:
+        run_logger().warning("exact posterior: importance sampling kept an effective sample of %.0f of %d draws; "
+                             "its moments are unreliable", reference.effective_sample_size, reference.draws)
+    draws = _resample_reference(likelihood, reference, torch.Generator().manual_seed(0))
+    result = {"key": EXACT_KEY, "route": "exact", "guarantee": "non-private (exact posterior)",
+              "summary": reference.summary, "effective_sample_size": reference.effective_sample_size,
+              "draws": reference.draws, "seconds": time.perf_counter() - start}
+    return _write(run_dir, EXACT_KEY, result, draws)
+
+
+def _resample_reference(likelihood: Likelihood, reference, generator: torch.Generator) -> torch.Tensor:
+    """Draws with the exact posterior's mean and covariance, for the figures (Gaussian, from the summary)."""
+    mean = torch.tensor(reference.summary["mean"], dtype=torch.float64)
+    sd = torch.tensor(reference.summary["sd"], dtype=torch.float64)
+    corr = torch.tensor(reference.summary["correlation"], dtype=torch.float64)
+    chol = torch.linalg.cholesky(corr * sd[:, None] * sd[None, :] + 1e-18 * torch.eye(likelihood.dim))
+    return (mean + torch.randn(KEPT_DRAWS, likelihood.dim, generator=generator, dtype=torch.float64) @ chol.T).float()
+
+
+def _job_seed(job_id: str) -> int:
+    """Initial weights and post-processing draws: public, distinct per job (not DP randomness)."""
+    return int(hashlib.sha256(job_id.encode()).hexdigest()[:8], 16)
+
+
+@task(name="fit-posterior")
+def fit_posterior(run_dir: str, job: dict, config: InferenceConfig, reservation: str | None,
+                  device: str = "auto") -> str:
+    """One posterior: non-private NF-VI, DP-NF-VI at (loss, mu), or VI on DP synthetic data at mu."""
+    path = result_path(run_dir, job["job_id"])
+    if config.resume and path.exists():
+        run_logger().info("posterior %s: done by an earlier attempt of this run", job["job_id"])
+        return str(path)
+    if reservation is None:
+        raise RuntimeError(f"posterior {job['job_id']}: no reservation from the budget check")
+    share_cores()
+    start = time.perf_counter()
+    likelihood = inference_likelihood(config)
+    records = _records(run_dir, resolve_device(device))
+    n, seed, delta = len(records), _job_seed(job["job_id"]), config.privacy.delta
+    shape = FlowShape(config.vi.blocks, config.vi.hidden_size, config.vi.hidden_layers)
+    noise = NoiseSource.for_release(config.privacy.reproducible_noise, job["job_id"])
+    tau = config.temperature if job["loss"] == "tempered" else 1.0
+    if job["route"] == "nf_vi":
+        plan = None
+        fit = private_posterior(likelihood, records, vi_hyperparameters(config.vi, n, seed=seed), shape, None,
+                                seed=seed, summary_draws=config.summary_draws)
+        entry = LedgerEntry("", "", "non_private", what="NF-VI posterior")
+    elif job["route"] == "dp_nf_vi":
+        plan = vi_plan(config.vi, n, job["mu"], delta)
+        fit = private_posterior(likelihood, records, vi_hyperparameters(config.vi, n, tau, seed), shape, plan, noise,
+                                seed=seed, summary_draws=config.summary_draws)
+        entry = plan.ledger_entry(noise.guarantee, "DP-NF-VI posterior")
+    else:
+        density = config.synthetic.density
+        plan = density_plan(density, n, job["mu"], delta)
+        fit = synthetic_posterior(likelihood, records, density_hyperparameters(density, n, seed),
+                                  FlowShape(density.blocks, density.hidden_size, density.hidden_layers), plan,
+                                  vi_hyperparameters(config.vi, n, seed=seed), shape, config.synthetic.datasets, n,
+                                  noise, seed=seed, summary_draws=config.summary_draws)
+        entry = plan.ledger_entry(noise.guarantee, "DP-NF of the records (VI on synthetic data)")
+    record_release(config.privacy.ledger_path, reservation, entry)  # at once: a later failure loses no entry
+    guarantee = "non-private" if plan is None else noise.label
+    result = {"key": job["job_id"], **job, "temperature": tau, "guarantee": guarantee,
+              "plan": None if plan is None else plan.record(), "summary": fit.summary,
+              "synthetic_tables": fit.parts, "seconds": time.perf_counter() - start}
+    run_logger().info("posterior %s: fitted in %.0f s (%s)", job["job_id"], result["seconds"], guarantee)
+    return _write(run_dir, job["job_id"], result, fit.draws)

@@ -1,0 +1,23 @@
+"""Every ``>>>`` example in the models layer runs and holds (the docs cannot drift from the code)."""
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import models
+
+MODULES = sorted(m.name for m in pkgutil.iter_modules(models.__path__, "models."))
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0, f"{result.failed} docstring example(s) of {name} failed"
+
+
+def test_examples_exist():
+    counted = sum(doctest.testmod(importlib.import_module(n), optionflags=doctest.ELLIPSIS).attempted
+                  for n in MODULES)
+    assert counted >= 20
