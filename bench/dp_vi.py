@@ -79,6 +79,73 @@ def within_paper_spread(ours: list[float], mu: str) -> list[bool]:
     return [abs(o - t) <= abs(p[0] - t) + 2 * p[1] for o, t, p in zip(ours, TRUE_BETA, paper)]
 
 
+def _fmt(runs: dict | None, key: str, index, digits: int = 3) -> str:
+    if runs is None:
+        return ""
+    mean, sd = runs[key]["mean"], runs[key]["sd"]
+    for i in (index if isinstance(index, tuple) else (index,)):
+        mean, sd = mean[i], sd[i]
+    return f"{mean:.{digits}f} ({sd:.{digits}f})"
+
+
+def _paper(table: str, mu: str, key: str, i: int) -> str:
+    entry = PAPER[table][mu][key][i]
+    return f"{entry[0]:.3f} ({entry[1]:.3f})"
+
+
+def markdown(paths: list[Path]) -> str:
+    """README tables from result files: seed 002's Tables 6 and 7, ours beside the paper's."""
+    columns, mus = {}, []
+    for path in paths:
+        result = json.loads(Path(path).read_text())
+        columns |= result["columns"]
+        mus = mus or [float(m) for m in result["args"]["mus"]]
+    exact = columns.get("exact", {}).get("summary")
+    exact_runs = {k: {"mean": v, "sd": [0.0] * len(v) if k != "correlation" else [[0.0] * len(v)] * len(v)}
+                  for k, v in exact.items()} | {"runs": 1} if exact else None
+    nf = columns.get("nf_vi", {}).get("runs")
+    out = []
+    for title, table, prefix in (("Table 6, DP-NF-VI (free energy)", "table6", "table6/free_energy/mu"),
+                                 ("Table 6, DP-NF-VI (tempered free energy, tau 0.1)", None, "table6/tempered/mu"),
+                                 ("Table 7, NF-VI on DP-NF synthetic data", "table7", "table7/mu")):
+        keys = [f"{prefix}{mu:g}" for mu in mus]
+        if not any(k in columns for k in keys):
+            continue
+        eps = [columns[k]["privacy"]["epsilon_prv"] if k in columns else float("nan") for k in keys]
+        head = ["", "exact", "NF-VI"] + [f"mu {mu:g} (eps {e:.1f})" for mu, e in zip(mus, eps)]
+        lines = [f"**{title}**, mean (SD over runs):", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for key, label in (("mean", "mean"), ("sd", "SD")):
+            for i in range(5):
+                ours = [_fmt(exact_runs, key, i, 4).split(" ")[0], _fmt(nf, key, i)]
+                ours += [_fmt(columns[k]["runs"], key, i) if k in columns else "" for k in keys]
+                lines.append(f"| beta{i} {label}, privehr | " + " | ".join(ours) + " |")
+                if table:
+                    paper = [f"{PAPER['exact'][key][i]:.3f}", f"{PAPER['nf_vi'][key][i]:.3f}"]
+                    paper += [_paper(table, f"{mu:g}", key, i) for mu in mus if f"{mu:g}" in PAPER[table]]
+                    lines.append(f"| beta{i} {label}, seed 002 | " + " | ".join(paper) + " |")
+        corr = [_fmt(exact_runs, "correlation", (0, 3)).split(" ")[0], _fmt(nf, "correlation", (0, 3))]
+        corr += [_fmt(columns[k]["runs"], "correlation", (0, 3)) if k in columns else "" for k in keys]
+        lines.append("| corr(beta0, beta3), privehr | " + " | ".join(corr) + " |")
+        if table:
+            pc = PAPER["corr_beta0_beta3"]
+            lines.append("| corr(beta0, beta3), seed 002 | " + " | ".join(
+                [f"{pc['exact']:.3f}", f"{pc['nf_vi']:.3f}"] + [f"{pc[table][f'{mu:g}']:.3f}" for mu in mus
+                                                               if f"{mu:g}" in pc[table]]) + " |")
+        if exact:
+            rmse = [_corr_rmse(columns[k]["runs"], exact) if k in columns else "" for k in ["nf_vi"] + keys]
+            lines.append("| correlation RMSE vs exact, privehr | | " + " | ".join(rmse) + " |")
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+def _corr_rmse(runs: dict, exact: dict) -> str:
+    import numpy as np
+
+    corr, ref = np.array(runs["correlation"]["mean"]), np.array(exact["correlation"])
+    upper = np.triu_indices(len(corr), 1)
+    return f"{float(np.sqrt(np.mean((corr[upper] - ref[upper]) ** 2))):.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto")
@@ -94,7 +161,12 @@ def main() -> None:
     parser.add_argument("--routes", nargs="+", default=["exact", "nf_vi", "table6", "table7"])
     parser.add_argument("--data-seed", type=int, default=2023)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--markdown", type=Path, nargs="+", help="print README tables from these result files "
+                                                                 "and exit")
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown(args.markdown))
+        return
 
     device = resolve_device(args.device)
     likelihood = NonlinearRepeatedMeasures()

@@ -23,7 +23,8 @@ every record. Tested equal to ``torch.func.vmap(torch.func.grad(l_i))``.
 
 **The alternative loss** (``temperature`` tau < 1): the tempered free energy E_q[log q - tau log p(x | theta)
 - log p(theta)], whose minimiser is the power posterior p(theta | x)^tau (Gaussian case: the posterior's
-correlation with every variance divided by tau). The paper conjectures (Section 4.3) that DP noise inflates the
+correlation with every variance divided by tau; under a flat prior p(theta | x)^tau, in general
+p(x | theta)^tau p(theta)). The paper conjectures (Section 4.3) that DP noise inflates the
 variational variance and the KL-optimal density at inflated variance has a distorted correlation; the tempered
 loss asks for the inflation itself, with the true correlation, and its draws are shrunk back around their mean by
 sqrt(tau) (post-processing: :func:`untemper`). ``temperature=1`` is the paper's loss.
@@ -105,16 +106,21 @@ def per_record_gradients(flow: nn.Module, likelihood: Likelihood, records: torch
         loglik = likelihood.log_likelihood(theta, records)              # (b, m)
     scores = likelihood.score(theta, records)                          # (b, m, d)
     losses = (log_q - likelihood.log_prior(theta)).mean() / n - temperature * loglik.mean(1)
-    weights = scores.reshape(len(records), -1) * (-temperature / m)    # (b, m d)
+    weights = scores.reshape(len(records), m * scores.shape[-1]) * (-temperature / m)    # (b, m d); b may be 0
     grads = {k: (weights @ j.reshape(m * j.shape[1], -1)).reshape(len(records), *j.shape[2:]) + shared_grad[k]
              for k, j in jac.items()}
     return losses, grads
 
 
 def _clipped_sum(grads: dict[str, torch.Tensor], max_norm: float) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    norms = torch.sqrt(sum(g.reshape(len(g), -1).pow(2).sum(1) for g in grads.values()))
-    factor = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-    return {k: torch.einsum("b,b...->...", factor, g) for k, g in grads.items()}, norms
+    """sum_i g_i min(1, C / ||g_i||); a record whose gradient is not finite (a value outside the model's domain,
+    exp overflowing at a noisy iterate) contributes zero, so no record can turn the noised sum into NaN."""
+    norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))
+    finite = torch.isfinite(norms)
+    factor = torch.where(finite, (max_norm / (norms + 1e-6)).clamp(max=1.0), torch.zeros_like(norms))
+    return {k: torch.einsum("b,b...->...", factor, torch.where(finite.view(-1, *[1] * (g.dim() - 1)), g,
+                                                                 torch.zeros_like(g)))
+            for k, g in grads.items()}, norms
 
 
 def _optimizer(flow: nn.Module, hp: VIHyperparameters):

@@ -5,7 +5,7 @@ posterior there (``torch.func.hessian``). Draws come from a multivariate Student
 centred at theta_hat with scale H^-1, heavier-tailed than the posterior, and are weighted by
 p(theta | x) / t(theta). Self-normalised importance sampling is consistent for every posterior moment; the
 effective sample size (sum w)^2 / sum w^2 says how much to trust it (a small ESS means the Laplace proposal
-missed the posterior's shape, and the result is flagged, not silently used).
+missed the posterior's shape: :attr:`ReferencePosterior.reliable` is then False, and the report says so).
 
 This is the "original nonlinear model" column of Su, Wang, Schiavazzi, Liu (2023, arXiv:2302.05787), Tables 6-7.
 """
@@ -56,7 +56,8 @@ def reference_posterior(likelihood: Likelihood, records: torch.Tensor, draws: in
                         chunk: int = 500) -> ReferencePosterior:
     """Importance-sampled posterior moments of ``likelihood`` given ``records`` (float64 throughout)."""
     x = records.double()
-    start = torch.zeros(likelihood.dim, dtype=torch.float64) if start is None else start.double().cpu().to(x.device)
+    start = (torch.zeros(likelihood.dim, dtype=torch.float64, device=x.device) if start is None
+             else start.double().to(x.device))
     mode = _maximise(likelihood, x, start, 500)
     hessian = torch.func.hessian(lambda t: -likelihood.total_log_posterior(t[None], x)[0])(mode)
     cov = torch.linalg.inv(0.5 * (hessian + hessian.T))

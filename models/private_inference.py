@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from models.classifiers import seeded_build  # initial weights: public, seeded under one lock across threads
 from models.dp_nf import DensityHyperparameters, DensityRelease, train_density
 from models.dp_vi import VIHyperparameters, VIRelease, posterior_summary, train_vi, untemper
 from models.likelihood import Likelihood
@@ -45,21 +46,13 @@ class PosteriorFit:
     parts: list[dict] | None = None  # route (b): the summary of each synthetic table's posterior
 
 
-def _build(build, seed: int):
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)  # initial weights: public, data-independent
-    try:
-        return build()
-    finally:
-        torch.random.set_rng_state(state)
-
-
 def _fit_vi(likelihood: Likelihood, records: torch.Tensor, hp: VIHyperparameters, shape: FlowShape, seed: int,
             summary_draws: int, plan: ReleasePlan | None = None, noise: NoiseSource | None = None):
-    flow = _build(lambda: VariationalFlow(likelihood.dim, shape.blocks, shape.hidden_size, shape.hidden_layers), seed)
+    flow = seeded_build(lambda: VariationalFlow(likelihood.dim, shape.blocks, shape.hidden_size,
+                                                shape.hidden_layers), seed)
     flow = flow.to(device=records.device, dtype=records.dtype)
     release = train_vi(flow, likelihood, records, hp, plan, noise)
-    draws = flow.sample(summary_draws, torch.Generator(device=records.device).manual_seed(seed + 1))
+    draws = flow.sample(summary_draws, torch.Generator().manual_seed(seed + 1))  # CPU draws, moved to the flow
     return untemper(draws, hp.temperature).cpu(), release
 
 
@@ -76,7 +69,7 @@ def synthetic_posterior(likelihood: Likelihood, records: torch.Tensor, density: 
                         datasets: int, rows: int, noise: NoiseSource | None = None, seed: int = 0,
                         summary_draws: int = 20000) -> PosteriorFit:
     """Route (b): DP-NF of the records at ``plan``, ``datasets`` tables of ``rows`` rows, NF-VI on each, pooled."""
-    flow = _build(lambda: MAF(records.shape[1], density_shape.blocks, density_shape.hidden_size,
+    flow = seeded_build(lambda: MAF(records.shape[1], density_shape.blocks, density_shape.hidden_size,
                                     density_shape.hidden_layers), seed)
     flow = flow.to(device=records.device, dtype=records.dtype)
     release = train_density(flow, records, density, plan, noise)

@@ -309,7 +309,9 @@ def _cmd_infer(args) -> int:
     summary = private_inference(config, args.device)
     lines = [f"{summary['releases']} posterior(s) of {', '.join(summary['parameters'])}"]
     for key, column in summary["columns"].items():
-        eps = f", epsilon {column['privacy']['epsilon_prv']:.2f}" if "privacy" in column else ""
+        not_dp = [g for g in column["guarantee"] if g != "DP"] if "privacy" in column else []
+        eps = (f", epsilon {column['privacy']['epsilon_prv']:.2f}" + (f" ({', '.join(not_dp)})" if not_dp else "")
+               if "privacy" in column else "")
         means = " ".join(f"{v:.3f}" for v in column["runs"]["mean"]["mean"])
         versus = (f"; correlation RMSE vs exact {column['vs_exact']['correlation_rmse']:.3f}"
                   if "vs_exact" in column and key != "exact" else "")

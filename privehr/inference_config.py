@@ -34,8 +34,10 @@ class VIConfig(_Strict):
 
 
 class RecordDensityConfig(DPNFConfig):
-    """The DP-NF of the records in route (b) (seed 002: one MADE of 10 hidden units with batch norm, T = 8000,
-    q = 500/6000, C = 10, lr 0.01); here two MADE blocks of 16 hidden units and no batch norm."""
+    """The DP-NF of the records in route (b) (seed 002: one MADE of 10 hidden units with batch norm, RMSprop at lr
+    0.01 decaying by 0.999 per step, T = 8000, q = 500/6000, C = 10); here two MADE blocks of 16 hidden units, no
+    batch norm (training-mode batch norm mixes records and releases un-noised statistics), and Adam at a constant
+    lr 0.01 (privehr's DP-NF trainer, models.dp_nf)."""
 
     blocks: int = Field(2, ge=1, description="MADE blocks, reversed order between blocks")
     hidden_size: int = Field(16, ge=2)
@@ -85,6 +87,17 @@ class InferenceConfig(_Strict):
 
     _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))
 
+    @model_validator(mode="after")
+    def _distinct(self):
+        labels = [f"{mu:g}" for mu in self.mus]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"mus must be distinct (as printed to 6 digits): {', '.join(labels)}; a budget given "
+                             "twice would be one reservation for two releases")
+        for name in ("routes", "losses"):
+            if len(set(getattr(self, name))) != len(getattr(self, name)):
+                raise ValueError(f"{name} lists an entry twice")
+        return self
+
     def jobs(self) -> list[dict]:
         """One fit each: the non-private NF-VI runs, then every (route, loss, mu, run)."""
         jobs = [{"route": "nf_vi", "loss": "free_energy", "mu": None, "run": r, "job_id": f"nf_vi-run{r}"}
@@ -97,4 +110,5 @@ class InferenceConfig(_Strict):
                 if "synthetic_vi" in self.routes:
                     jobs.append({"route": "synthetic_vi", "loss": "free_energy", "mu": mu, "run": r,
                                  "job_id": f"synthetic_vi-mu{mu:g}-run{r}"})
+        assert len({j["job_id"] for j in jobs}) == len(jobs), "job ids must be unique (one reservation each)"
         return jobs

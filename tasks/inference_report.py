@@ -61,6 +61,7 @@ def inference_columns(paths: list[str]) -> dict[str, dict]:
                                                       "epsilon_rdp", "epsilon_pld", "epsilon_gdp")}
         if key == EXACT_KEY:
             column["effective_sample_size"] = first["effective_sample_size"]
+            column["reliable"] = first["reliable"]
         columns[key] = column
     exact = columns.get(EXACT_KEY)
     if exact is not None:
@@ -87,6 +88,12 @@ def _cell(runs: dict, key: str, index, digits: int = 4) -> str:
     return f"{mean:.{digits}f}" if runs["runs"] == 1 else f"{mean:.{digits}f} ({sd:.{digits}f})"
 
 
+def _dp_head(column: dict) -> str:
+    privacy, not_dp = column["privacy"], [g for g in column["guarantee"] if g != "DP"]
+    return (f"mu = {column['mu']:g} (sigma {privacy['noise_multiplier']:.2f}, eps {privacy['epsilon_prv']:.2f}"
+            + (f"; {', '.join(not_dp)}" if not_dp else "") + ")")
+
+
 def route_table(columns: dict, route: str, names: tuple[str, ...], mus: list[float]) -> str:
     """Seed 002's table shape: rows posterior mean / SD / correlation of each parameter, columns exact, NF-VI and
     each mu; cells "mean (SD over runs)"."""
@@ -94,9 +101,9 @@ def route_table(columns: dict, route: str, names: tuple[str, ...], mus: list[flo
                                                               if f"{route}/mu{mu:g}" in columns]
     if not any(k.startswith(route) for k in keys):
         return ""
-    heads = {"exact": "exact posterior", "nf_vi": "NF-VI (non-private)"}
-    header = ["parameter"] + [heads.get(k) or f"mu = {columns[k]['mu']:g} (sigma {columns[k]['privacy']['noise_multiplier']:.2f}, "
-                              f"eps {columns[k]['privacy']['epsilon_prv']:.2f})" for k in keys]
+    heads = {"exact": "exact posterior" if columns.get("exact", {}).get("reliable", True)
+             else "exact posterior (UNRELIABLE: small effective sample)", "nf_vi": "NF-VI (non-private)"}
+    header = ["parameter"] + [heads.get(k) or _dp_head(columns[k]) for k in keys]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     runs = {k: (columns[k]["runs"]) for k in keys}
     for block, key in (("Posterior mean", "mean"), ("Posterior SD", "sd")):
@@ -185,7 +192,9 @@ def write_inference_report(run_dir: str, paths: list[str], config: InferenceConf
         f"Model `{config.model}`; every cell is the mean (SD) over {config.runs} run(s). Each DP column is one "
         f"mu-GDP budget per release: sigma from mu, q and T, epsilon at delta {delta:g} by the PRV accountant "
         "(RDP and PLD in inference.json). The exact posterior and the non-private NF-VI are not private: they are "
-        "recorded in the ledger as releases without a guarantee.\n\n" + "\n".join(sections) +
+        "recorded in the ledger as releases without a guarantee."
+        + (" **Releases made with reproducible noise (privacy.reproducible_noise) are not DP**, whatever their "
+           "epsilon says." if config.privacy.reproducible_noise else "") + "\n\n" + "\n".join(sections) +
         "\n## Distance to the exact posterior\n\n| column | correlation RMSE | mean SD ratio | worst mean error "
         "(exact SDs) |\n|---|---|---|---|\n" + "\n".join(comparison) + "\n\n"
         + "".join(f"![{p.stem}]({p.name})\n\n" for p in figures) + f"Artifacts: `{run_path}`\n")

@@ -74,11 +74,19 @@ def _read_table(path: Path, likelihood: Likelihood) -> torch.Tensor:
         raise InputError(f"{path} lacks the column(s) {', '.join(missing)} that model {likelihood.name!r} needs; "
                          f"its records have the columns {', '.join(likelihood.record_names)}")
     values = table[list(likelihood.record_names)].apply(pd.to_numeric, errors="coerce")
+    if values.empty:
+        raise InputError(f"{path} holds no records; deliver one row per subject")
     bad = {c: int(n) for c, n in (~np.isfinite(values)).sum().items() if n}
     if bad:
         listed = ", ".join(f"{c} ({n} row(s))" for c, n in bad.items())
         raise InputError(f"{path}: missing or non-numeric values in {listed}; impute or drop those subjects first")
-    return torch.tensor(values.to_numpy(), dtype=torch.float32)
+    records = torch.tensor(values.to_numpy(), dtype=torch.float32)
+    outside = (likelihood.support(records) != records).sum(0)
+    if outside.any():
+        listed = ", ".join(f"{c} ({int(n)} row(s))" for c, n in zip(likelihood.record_names, outside) if n)
+        raise InputError(f"{path}: values outside model {likelihood.name!r}'s domain in {listed}; correct or drop "
+                         "those subjects (the model's design ranges are in its documentation)")
+    return records
 
 
 @task(name="prepare-inference-records")
@@ -191,7 +199,7 @@ def exact_posterior(run_dir: str, config: InferenceConfig, reservation: str | No
     draws = _resample_reference(likelihood, reference, torch.Generator().manual_seed(0))
     result = {"key": EXACT_KEY, "route": "exact", "guarantee": "non-private (exact posterior)",
               "summary": reference.summary, "effective_sample_size": reference.effective_sample_size,
-              "draws": reference.draws, "seconds": time.perf_counter() - start}
+              "reliable": reference.reliable, "draws": reference.draws, "seconds": time.perf_counter() - start}
     return _write(run_dir, EXACT_KEY, result, draws)
 
 

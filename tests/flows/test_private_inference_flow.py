@@ -99,6 +99,20 @@ def test_a_users_records_are_checked_with_one_message_naming_columns_not_values(
         private_inference(_config(tmp_path, run_id="b", data_path=tmp_path / "bad.csv"), "cpu")
     assert "98765" not in str(err.value)
     assert hashlib.sha256((tmp_path / "bad.csv").read_bytes()).hexdigest() == digest
+    table.loc[3, "x2"] = 1.0
+    table.loc[[5, 7], "w2"] = -5.4321  # log(w2 + exp(beta2)) is undefined there: outside the design
+    table.to_csv(tmp_path / "outside.csv", index=False)
+    with pytest.raises(InputError, match=r"outside model .* domain in w2 \(2 row") as err:
+        private_inference(_config(tmp_path, run_id="c", data_path=tmp_path / "outside.csv"), "cpu")
+    assert "5.4321" not in str(err.value)
+    table.iloc[:0].to_csv(tmp_path / "empty.csv", index=False)
+    with pytest.raises(InputError, match="holds no records"):
+        private_inference(_config(tmp_path, run_id="d", data_path=tmp_path / "empty.csv"), "cpu")
+
+
+def test_a_budget_listed_twice_is_refused():
+    with pytest.raises(ValueError, match="mus must be distinct"):
+        InferenceConfig(mus=[1.0, 1.0000001])
 
 
 def test_the_cli_runs_a_users_csv_and_prints_json(tmp_path, capsys):
@@ -109,8 +123,13 @@ def test_the_cli_runs_a_users_csv_and_prints_json(tmp_path, capsys):
             "--draws", "8", "--routes", "dp_nf_vi", "--losses", "free_energy", "--no-non-private",
             "--artifacts-dir", str(tmp_path / "artifacts"), "--device", "cpu", "--json"]
     cfg = tmp_path / "privacy.yaml"
-    cfg.write_text(f"privacy: {{ledger_path: {tmp_path / 'ledger.jsonl'}}}\nsummary_draws: 200\n")
+    cfg.write_text(f"privacy: {{ledger_path: {tmp_path / 'ledger.jsonl'}, reproducible_noise: true}}\n"
+                   "summary_draws: 200\n")
     assert main(argv + ["--config", str(cfg)]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert list(summary["columns"]) == ["dp_nf_vi/free_energy/mu3"]
-    assert summary["columns"]["dp_nf_vi/free_energy/mu3"]["privacy"]["epsilon_prv"] > 0
+    column = summary["columns"]["dp_nf_vi/free_energy/mu3"]
+    assert list(summary["columns"]) == ["dp_nf_vi/free_energy/mu3"] and column["privacy"]["epsilon_prv"] > 0
+    assert column["guarantee"] == ["not DP (reproducible noise)"]  # the switch is never silent
+    report = Path(summary["report"]).read_text()
+    assert "not DP (reproducible noise)" in report and "are not DP" in report
+    assert [e.guarantee for e in read_ledger(tmp_path / "ledger.jsonl") if e.status == "released"] == ["reproducible"]

@@ -122,14 +122,17 @@ def test_clipping_bounds_every_record_and_sums_the_clipped_gradients():
     torch.testing.assert_close(sums["a"], torch.tensor([0.6 + 0.3 + 0.6, 0.8 + 0.4 + 0.8]), atol=1e-6, rtol=1e-6)
 
 
-def test_one_extreme_record_moves_the_clipped_sum_by_at_most_c():
-    """The sensitivity the noise is calibrated to, attacked: neighbouring batches differ by one record whose
-    measurements are absurd (its raw gradient is enormous); the clipped sums differ by at most C."""
+@pytest.mark.parametrize("column, value", [(4, 1e6), (1, -5.0), (0, 200.0)])
+def test_one_extreme_record_moves_the_clipped_sum_by_at_most_c(column, value):
+    """The sensitivity the noise is calibrated to, attacked: neighbouring batches differ by one record with an
+    absurd value: an enormous gradient (x = 1e6), a log of a negative number (w2 = -5: NaN), an overflowing
+    exp (w1 = 200: inf). The clipped sums stay finite and differ by at most C."""
     model = NonlinearRepeatedMeasures()
     records = simulate_repeated_measures(20, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     outlier = records[:1].clone()
-    outlier[0, 4:] = 1e6
+    outlier[0, column] = value
     flow = _random_flow(5)
+    flow.loc.data += torch.tensor(TRUE_BETA, dtype=torch.float64)
     z = torch.randn(16, 5, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
     c = 2.0
     _, without = per_record_gradients(flow, model, records, z, n=100)
@@ -138,7 +141,17 @@ def test_one_extreme_record_moves_the_clipped_sum_by_at_most_c():
     clipped_without, _ = _clipped_sum(without, c)
     clipped_with, _ = _clipped_sum(with_, c)
     moved = torch.sqrt(sum((clipped_with[k] - clipped_without[k]).pow(2).sum() for k in with_))
-    assert raw > 1e6 and float(moved) <= c * (1 + 1e-9)
+    assert not (raw <= 1e6)  # enormous or not finite
+    assert torch.isfinite(moved) and float(moved) <= c * (1 + 1e-9)
+
+
+def test_an_empty_poisson_batch_contributes_nothing():
+    model = NonlinearRepeatedMeasures()
+    flow = _random_flow(5)
+    z = torch.randn(8, 5, dtype=torch.float64)
+    losses, grads = per_record_gradients(flow, model, torch.zeros(0, 9, dtype=torch.float64), z, n=100)
+    sums, _ = _clipped_sum(grads, 1.0)
+    assert losses.shape == (0,) and all(float(s.abs().sum()) == 0 for s in sums.values())
 
 
 def _dp_fit(noise, steps=5):
