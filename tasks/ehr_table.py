@@ -11,6 +11,7 @@ that shapes training is :func:`drop_by_missingness` on the *training* patients (
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,12 +39,39 @@ class EHRTable:
     decisions: dict = field(default_factory=dict)
 
 
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")  # what an attribute name looks like; anything else may be a value
+
+
+def _names_for_message(names: list[str]) -> str:
+    """Attribute names safe to print: identifiers are shown, anything else (it may hold a patient's value, e.g.
+    a ';'-separated line read as one field) is only counted."""
+    shown = [n for n in names if _NAME.match(n)]
+    hidden = len(names) - len(shown)
+    return ", ".join(repr(n) for n in shown) + (f"{' and ' if shown else ''}{hidden} field(s) that are not "
+                                                "attribute names (not shown: they may hold values)" if hidden else "")
+
+
+def _check_delimiter(path: Path, spec: EHRTableSpec) -> None:
+    """Refuse a file that is not comma-separated, saying so, before its fields are misread as names."""
+    with open(path, "rb") as fh:
+        first = fh.readline(1 << 20).decode("utf-8", errors="replace")
+    counts = {sep: first.count(sep) for sep in (",", ";", "\t")}
+    found = max(counts, key=counts.get)
+    if found != "," and counts[found] > counts[","]:
+        name, symbol = {";": ("semicolon", "';'"), "\t": ("tab", "tab")}[found]
+        raise InputError(f"{spec.name}: {path} looks {name}-separated ({counts[found]} {symbol} and {counts[',']} "
+                         "',' on its first line); privehr reads comma-separated values with '.' as the decimal "
+                         "mark. Re-export the table as CSV with ',' between fields and '.' decimals (a ';' file "
+                         "usually has decimal commas too).")
+
+
 def _raw_attributes(path: Path, spec: EHRTableSpec) -> pd.DataFrame:
     """The file as strings, one row per record and one column per attribute (no ids generated yet)."""
     if not path.exists():
         raise InputError(f"{spec.name}: file not found: {path}. Pass the table's path.")
     if path.stat().st_size == 0:
         raise InputError(f"{spec.name}: {path} is empty (0 bytes). Deliver the table again.")
+    _check_delimiter(path, spec)
     try:
         raw = pd.read_csv(path, header=0 if spec.file.header else None, dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
@@ -72,8 +100,8 @@ def _raw_attributes(path: Path, spec: EHRTableSpec) -> pd.DataFrame:
                          f"{spec.min_rows} record(s).")
     unknown = [c for c in table.columns if c not in names]
     if unknown:
-        raise InputError(f"{spec.name}: {path} has attribute(s) {unknown} that the spec does not define. Add them "
-                         "to the spec (unit and bounds) or remove them from the file.")
+        raise InputError(f"{spec.name}: {path} has attribute(s) {_names_for_message(unknown)} that the spec does "
+                         "not define. Add them to the spec (unit and bounds) or remove them from the file.")
     absent = [a for a in spec.bounds() if a not in table.columns]
     if absent:
         raise InputError(f"{spec.name}: {path} lacks the attribute(s) {absent} that the spec requires. Deliver "

@@ -5,13 +5,16 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 from prefect.settings import get_current_settings
 
 from flows.pipeline import pipeline
+from flows.steward import validate
 from models.severity_simulator import simulate_extract
-from privehr.config import PipelineConfig
+from privehr.config import PipelineConfig, StewardConfig
 from privehr.resources import mimic_extract_variables
 from tasks.demo_data import write_demo_ehr, write_extract
+from tasks.validation import ValidationFailed
 
 CANARY_SUBJECT = 97531864
 CANARY_VALUE = 173.2468  # a heart rate no simulator draws
@@ -45,6 +48,38 @@ def _plant_ehr(path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def _scan_prefect_stores(needles: list[bytes], positive: bytes, caplog) -> None:
+    """No needle in Prefect's database (with -wal, -shm), result storage, PREFECT_HOME or the captured logs."""
+    settings = get_current_settings()
+    database = Path(settings.server.database.connection_url.get_secret_value().split("///")[-1])
+    database_files = [p for p in database.parent.glob(database.name + "*") if p.is_file()]
+    # positive control: the scan reads the database this run wrote to (the run id is a parameter there)
+    assert any(positive in p.read_bytes() for p in database_files)
+    stores = database_files + [p for p in Path(settings.results.local_storage_path).rglob("*") if p.is_file()]
+    stores += [p for p in Path(os.environ["PREFECT_HOME"]).rglob("*") if p.is_file()]
+    for store in stores:
+        blob = store.read_bytes()
+        for needle in needles:
+            assert needle not in blob, f"{needle!r} found in {store}"
+    for needle in needles:
+        assert needle.decode() not in caplog.text
+
+
+def test_a_misread_delivery_leaks_no_value_into_prefect(tmp_path, caplog):
+    """A ';'-separated table with decimal commas (a canary among its values) fails validation with one message;
+    its values reach no message, state, log or event (they once did, read as 'unknown attribute names')."""
+    ehr = tmp_path / "EHR_dataset.csv"
+    _plant_ehr(ehr)
+    semi = tmp_path / "semi.csv"
+    semi.write_text(ehr.read_text().replace(",", ";").replace(".", ","))
+    config = StewardConfig(paths=[semi], artifacts_dir=tmp_path / "artifacts", run_id="semicolon-canary")
+    with caplog.at_level(logging.DEBUG), pytest.raises(ValidationFailed, match="semicolon-separated"):
+        validate(config)
+    comma_value = f"{CANARY_VALUE}".replace(".", ",")
+    _scan_prefect_stores([comma_value.encode(), comma_value[:6].encode(), b"heart_rate2;"],
+                         b"semicolon-canary", caplog)
+
+
 def test_canaries_stay_out_of_prefect(tmp_path, caplog):
     path = tmp_path / "all_hourly_data.h5"
     _plant(path)
@@ -66,17 +101,5 @@ def test_canaries_stay_out_of_prefect(tmp_path, caplog):
     imputed = run_dir / "synthesis" / "intermediate" / "imputed" / "train_0.csv"
     assert f"{CANARY_VALUE}" in imputed.read_text() or f"{CANARY_VALUE}" in imputed.with_name("test_0.csv").read_text()
 
-    settings = get_current_settings()
-    database = Path(settings.server.database.connection_url.get_secret_value().split("///")[-1])
-    database_files = [p for p in database.parent.glob(database.name + "*") if p.is_file()]  # with -wal, -shm
-    # positive control: the scan reads the database this run wrote to (the run id is a parameter there)
-    assert any(b"canary" in p.read_bytes() for p in database_files)
-    stores = database_files + [p for p in Path(settings.results.local_storage_path).rglob("*") if p.is_file()]
-    stores += [p for p in Path(os.environ["PREFECT_HOME"]).rglob("*") if p.is_file()]
     needles = [str(CANARY_SUBJECT).encode(), f"{CANARY_VALUE}".encode(), str(CANARY_VALUE)[:6].encode()]
-    for store in stores:
-        blob = store.read_bytes()
-        for needle in needles:
-            assert needle not in blob, f"{needle!r} found in {store}"
-    for needle in needles:
-        assert needle.decode() not in caplog.text
+    _scan_prefect_stores(needles, b"canary", caplog)

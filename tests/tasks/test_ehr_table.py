@@ -66,7 +66,7 @@ def test_unknown_and_absent_attributes(demo, tmp_path):
     lines = demo.read_text().splitlines()
     unknown = tmp_path / "unknown.csv"
     unknown.write_text("\n".join(lines + ["shoe_size" + ",42" * 84]) + "\n")
-    with pytest.raises(InputError, match=r"attribute\(s\) \['shoe_size'\] that the spec does not define"):
+    with pytest.raises(InputError, match=r"attribute\(s\) 'shoe_size' that the spec does not define"):
         read_ehr_table(unknown, SPEC)
     absent = tmp_path / "absent.csv"
     absent.write_text("\n".join(l for l in lines if not l.startswith("lvef,")) + "\n")
@@ -119,3 +119,23 @@ def test_a_column_missing_everywhere_is_dropped_as_a_recorded_decision(demo, tmp
     assert t.decisions["drop_rule"] == "missing in all records"
     kept, _, _ = drop_by_missingness(t.frame, no_threshold, t.decisions["records_read"])
     assert "lvef" not in kept and kept.shape[1] == 24
+
+
+def test_a_semicolon_file_with_decimal_commas_is_named_as_such_and_no_value_is_echoed(demo, tmp_path):
+    semi = tmp_path / "semi.csv"
+    semi.write_text(demo.read_text().replace(",", ";").replace(".", ","))
+    before = _sha(semi)
+    with pytest.raises(InputError, match=r"looks semicolon-separated .*Re-export the table as CSV") as err:
+        read_ehr_table(semi, SPEC)
+    first_values = demo.read_text().splitlines()[0].split(",")[1:4]
+    assert not any(v in str(err.value) or v.replace(".", ",") in str(err.value) for v in first_values)
+    assert _sha(semi) == before
+
+
+def test_unknown_fields_that_may_hold_values_are_counted_not_shown(demo, tmp_path):
+    lines = demo.read_text().splitlines()
+    odd = tmp_path / "odd.csv"
+    odd.write_text("\n".join(lines + ["heart rate;173.2468" + ",42" * 84, "shoe_size" + ",42" * 84]) + "\n")
+    with pytest.raises(InputError, match=r"'shoe_size' and 1 field\(s\) that are not attribute names") as err:
+        read_ehr_table(odd, SPEC)
+    assert "173.2468" not in str(err.value)
