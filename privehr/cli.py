@@ -69,6 +69,12 @@ def _cmd_validate(args) -> int:
             "validation": {"spec": args.mimic_spec, "stop_on_critical": False}})
     except ValueError as err:
         raise InputError(f"invalid validate settings: {err}") from None
+    from tasks.versioning import pull_inputs
+
+    pull_inputs.fn([str(p) for p in config.paths])  # a fresh clone: fetch versioned deliveries first
+    missing = [str(p) for p in config.paths if not Path(p).exists()]
+    if missing:  # before any run directory or server: nothing to validate
+        raise InputError(f"delivery not found: {', '.join(missing)}; pass the path of each file to validate")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.steward import validate
     from tasks.validate import summary_markdown

@@ -95,3 +95,11 @@ def test_synthesize_and_run_name_a_missing_ehr_table(tmp_path, capsys):
     cfg.write_text(f"synthesis: {{path: {tmp_path / 'none.csv'}}}\n")
     assert main(["run", "--config", str(cfg), "--data", str(extract), "--no-dvc", "--json"]) == 2
     assert "--no-synthesis" in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_validate_of_a_missing_file_is_one_message_with_status_2_and_no_run_directory(tmp_path, capsys):
+    artifacts = tmp_path / "artifacts"
+    assert main(["validate", str(tmp_path / "missing.h5"), "--artifacts-dir", str(artifacts), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert "delivery not found" in json.loads(captured.out)["error"] and "Traceback" not in captured.err
+    assert not artifacts.exists()
