@@ -13,8 +13,7 @@ import pandas as pd
 from models.hourly_profile import outlier_bounds
 
 __all__ = ["QUARANTINE_COLUMNS", "records", "mask_beyond_bounds", "beyond_bounds", "missing_ids", "duplicate_keys",
-           "outside_domain",
-           "below", "outside_range", "empty_records", "combine"]
+           "outside_domain", "below", "outside_range", "empty_records", "combine", "tidy", "join_reasons"]
 
 QUARANTINE_COLUMNS = ["column", "value", "reason"]
 
@@ -89,6 +88,41 @@ def combine(parts: list[pd.DataFrame], id_columns: list[str]) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=id_columns + QUARANTINE_COLUMNS)
     return pd.concat(parts, ignore_index=True)
+
+
+def _integral(column: pd.Series) -> pd.Series:
+    """Ids read as floats (10005.0) back to integers when every value is integral; others unchanged."""
+    numeric = pd.to_numeric(column, errors="coerce")
+    if column.notna().any() and numeric.notna().sum() == column.notna().sum() and \
+            (numeric.dropna() % 1 == 0).all():
+        return numeric.astype("Int64")
+    return column
+
+
+def tidy(frame: pd.DataFrame) -> pd.DataFrame:
+    """A quarantine frame as written: id columns first (in their order), then column, value, reason; integral ids
+    as integers; each (record, column, value, reason) once.
+
+    >>> f = pd.DataFrame({"reason": ["r", "r"], "icustay_id": [10005.0, 10005.0], "column": ["", ""],
+    ...                   "value": [None, None]})
+    >>> tidy(f).to_dict("records")
+    [{'icustay_id': 10005, 'column': '', 'value': None, 'reason': 'r'}]
+    """
+    ids = [c for c in frame.columns if c not in QUARANTINE_COLUMNS]
+    out = frame[ids + QUARANTINE_COLUMNS].copy()
+    for c in ids:
+        out[c] = _integral(out[c])
+    keys = out.astype(str)
+    return out[~keys.duplicated()].reset_index(drop=True)
+
+
+def join_reasons(reasons: pd.Series) -> str:
+    """Distinct reasons of one record, in order of appearance, one per cause.
+
+    >>> join_reasons(pd.Series(["duplicate key (icustay_id)", "duplicate key (icustay_id)", "no hours"]))
+    'duplicate key (icustay_id); no hours'
+    """
+    return "; ".join(dict.fromkeys(reasons))
 
 
 def mask_beyond_bounds(mean: np.ndarray, count: np.ndarray, variables: list[str], bounds: dict) -> int:

@@ -173,6 +173,7 @@ def _write_outputs(dirs: tuple[Path, Path], rows: list[dict], docs: str, quarant
     q_dir.mkdir(parents=True, exist_ok=True)
     counts = {}
     for table, frame in quarantine.items():
+        frame = q.tidy(frame)
         frame.to_csv(q_dir / f"{table}.csv", index=False)
         counts[table] = {"rows": int(len(frame)),
                          "by_reason": {str(k): int(v) for k, v in frame["reason"].value_counts().items()}}
@@ -202,7 +203,8 @@ def validate_extract(hdf5_path: str | Path, run_dir: str | Path, spec: MimicExtr
     patients_q = _quarantine_patients(patients, spec)
     stay_level = pd.concat([patients_q[["icustay_id", "reason"]],
                             hourly_q.loc[hourly_q["column"] == "hours_in", ["icustay_id", "reason"]]])
-    excluded = stay_level.dropna(subset=["icustay_id"]).groupby("icustay_id")["reason"].agg("; ".join)
+    stay_level = stay_level.dropna(subset=["icustay_id"]).astype({"icustay_id": "int64"})
+    excluded = stay_level.groupby("icustay_id")["reason"].agg(q.join_reasons)
     quarantine = {"patients": patients_q, "vitals_labs": hourly_q}
     summary = _write_outputs(dirs, rows, docs, quarantine, {
         "input": str(hdf5_path), "kind": "mimic_extract", "keys": keys, "stays": int(len(patients)),

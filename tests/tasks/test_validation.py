@@ -112,6 +112,12 @@ def test_duplicate_hourly_rows_quarantine_the_stay(simulated, tmp_path):
     assert list(q.loc[q["reason"] == "duplicate (stay, hours_in) rows", "icustay_id"]) == [stay]
     excluded = pd.read_csv(Path(s["quarantine_dir"]) / EXCLUDED_STAYS)
     assert stay in set(excluded["icustay_id"])
+    # as written: integer ids, ids first then column, value, reason; each cause once per stay
+    text = (Path(s["quarantine_dir"]) / "vitals_labs.csv").read_text().splitlines()
+    assert text[0].endswith(",column,value,reason") and f"{stay}.0" not in "\n".join(text)
+    assert excluded["icustay_id"].dtype.kind == "i"
+    for reasons in excluded["reason"]:
+        assert len(reasons.split("; ")) == len(set(reasons.split("; ")))
 
 
 def test_unknown_patients_column_is_critical(simulated, tmp_path):
