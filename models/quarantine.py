@@ -13,7 +13,7 @@ import pandas as pd
 from models.hourly_profile import outlier_bounds
 
 __all__ = ["QUARANTINE_COLUMNS", "records", "mask_beyond_bounds", "beyond_bounds", "missing_ids", "duplicate_keys",
-           "outside_domain", "below", "outside_range", "empty_records", "combine", "tidy", "join_reasons"]
+           "duplicate_content", "outside_domain", "below", "outside_range", "empty_records", "combine", "tidy", "join_reasons"]
 
 QUARANTINE_COLUMNS = ["column", "value", "reason"]
 
@@ -54,6 +54,21 @@ def duplicate_keys(frame: pd.DataFrame, key_columns: list[str], id_columns: list
     bad = frame.duplicated(key_columns, keep=False).to_numpy()
     return records(frame.loc[bad, id_columns], "", [None] * int(bad.sum()),
                   f"duplicate key ({', '.join(key_columns)})")
+
+
+def duplicate_content(frame: pd.DataFrame, columns: list[str], id_columns: list[str],
+                      min_values: int = 2) -> pd.DataFrame:
+    """Every record identical to another in all ``columns`` (missing where the other is missing), with at least
+    ``min_values`` values: one patient delivered twice would count as two DP units. All copies are listed.
+
+    >>> f = pd.DataFrame({"id": [1, 2, 3], "a": [1.0, 1.0, 2.0], "b": [5.0, 5.0, 5.0]})
+    >>> duplicate_content(f, ["a", "b"], ["id"])["id"].tolist()
+    [1, 2]
+    """
+    filled = frame[columns].astype(object).where(frame[columns].notna(), "<missing>")
+    bad = (filled.duplicated(keep=False) & (frame[columns].notna().sum(axis=1) >= min_values)).to_numpy()
+    return records(frame.loc[bad, id_columns], "", [None] * int(bad.sum()),
+                   "identical to another record in every attribute (one patient delivered twice?)")
 
 
 def outside_domain(frame: pd.DataFrame, column: str, domain: list, id_columns: list[str]) -> pd.DataFrame:

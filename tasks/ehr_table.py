@@ -3,7 +3,8 @@
 Layout (either orientation), NA tokens and ids come from the spec. Suspect cells and records are
 quarantined with a reason, never dropped silently: non-numeric tokens and values beyond the
 physiological bounds are masked (set missing); records without any kept value and records with a
-missing or duplicate id are removed. Attributes missing in more patients than the spec allows are
+missing or duplicate id, and records identical to another in every attribute (one patient delivered twice would
+be two DP units), are removed. Attributes missing in more patients than the spec allows are
 dropped as a recorded decision (seed 002 drops 7 of Harrod's 26 attributes this way): the decision
 that shapes training is :func:`drop_by_missingness` on the *training* patients (after the split);
 ``decisions["dropped_attributes"]`` is the same rule on the whole delivery, for the steward's report.
@@ -134,7 +135,8 @@ def parse_ehr_table(table: pd.DataFrame, spec: EHRTableSpec) -> EHRTable:
     parsed = pd.concat([table[[ID]], numbers], axis=1)
     bounds = {a.name: (a.valid_low, a.valid_high) for a in spec.attributes}
     parts.append(q.beyond_bounds(parsed, bounds, [ID], "physiological"))
-    parts += [q.missing_ids(parsed, [ID]), q.duplicate_keys(parsed.dropna(subset=[ID]), [ID], [ID])]
+    parts += [q.missing_ids(parsed, [ID]), q.duplicate_keys(parsed.dropna(subset=[ID]), [ID], [ID]),
+              q.duplicate_content(parsed, attributes, [ID])]
     quarantine = q.combine(parts, [ID])
 
     values = numbers.copy()

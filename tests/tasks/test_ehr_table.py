@@ -9,7 +9,7 @@ import pytest
 from privehr.errors import InputError
 from privehr.specs import load_ehr_spec
 from tasks.demo_data import write_demo_ehr
-from tasks.ehr_table import drop_by_missingness, read_ehr_table
+from tasks.ehr_table import ID, drop_by_missingness, read_ehr_table
 from tasks.validation import validate_ehr
 
 SPEC = load_ehr_spec("harrod_ehr")
@@ -139,3 +139,18 @@ def test_unknown_fields_that_may_hold_values_are_counted_not_shown(demo, tmp_pat
     with pytest.raises(InputError, match=r"'shoe_size' and 1 field\(s\) that are not attribute names") as err:
         read_ehr_table(odd, SPEC)
     assert "173.2468" not in str(err.value)
+
+
+def test_a_patient_delivered_twice_is_quarantined_not_counted_twice(demo, tmp_path):
+    """Harrod's layout has one column per patient and no id: a copied column is the same person twice."""
+    lines = [line.split(",") for line in demo.read_text().splitlines()]
+    twice = tmp_path / "twice.csv"
+    twice.write_text("\n".join(",".join(cells + [cells[5]]) for cells in lines) + "\n")
+    before = _sha(twice)
+    table = read_ehr_table(twice, SPEC)
+    reasons = table.quarantine.loc[table.quarantine["reason"].str.startswith("identical"), ID]
+    assert len(reasons) == 2  # the original (patient 5) and its copy (the last record)
+    assert table.decisions["records_read"] == len(lines[0])  # 84 patients + the copy
+    assert table.decisions["records_kept"] <= len(lines[0]) - 2
+    assert _sha(twice) == before
+    assert read_ehr_table(demo, SPEC).quarantine["reason"].str.startswith("identical").sum() == 0
