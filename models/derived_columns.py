@@ -4,9 +4,27 @@ comparisons over column names (no function calls, no attribute access); booleans
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
-__all__ = ["add_derived"]
+__all__ = ["add_derived", "derived_sources"]
+
+
+def derived_sources(derived: list, attributes: list[str]) -> dict[str, list[str]]:
+    """The attributes each derived column is computed from (directly, or through an earlier derived column).
+
+    >>> from types import SimpleNamespace as D
+    >>> derived_sources([D(name="m", expression="2 / 3 * a + 1 / 3 * b"), D(name="h", expression="m > 20")],
+    ...                 ["a", "b", "c"])
+    {'m': ['a', 'b'], 'h': ['a', 'b']}
+    """
+    sources: dict[str, list[str]] = {}
+    for column in derived:
+        names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", column.expression)
+        found = [n for n in names if n in attributes] + [s for n in names for s in sources.get(n, [])]
+        sources[column.name] = list(dict.fromkeys(found))
+    return sources
 
 
 def add_derived(frame: pd.DataFrame, derived: list) -> pd.DataFrame:

@@ -92,9 +92,10 @@ def _cmd_ehr_prepare(args) -> int:
     from privehr.config import EHRPrepareConfig
 
     try:
+        mice = {k: v for k, v in {"m": args.m, "max_iter": args.iterations}.items() if v is not None}
         config = EHRPrepareConfig.model_validate({k: v for k, v in {
             "path": args.data, "spec": args.spec, "run_id": args.run_id, "artifacts_dir": args.artifacts_dir,
-            "mice": {"m": args.m, "max_iter": args.iterations}}.items() if v is not None})
+            "mice": mice or None}.items() if v is not None})
     except ValueError as err:
         raise InputError(f"invalid ehr-prepare settings: {err}") from None
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

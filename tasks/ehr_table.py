@@ -20,10 +20,11 @@ import numpy as np
 import pandas as pd
 
 from models import quarantine as q
+from models.derived_columns import derived_sources
 from privehr.errors import InputError
 from privehr.specs import EHRTableSpec
 
-__all__ = ["EHRTable", "read_ehr_table", "parse_ehr_table", "drop_by_missingness", "ID"]
+__all__ = ["EHRTable", "read_ehr_table", "parse_ehr_table", "drop_by_missingness", "check_derived_sources", "ID"]
 
 ID = "patient_id"
 
@@ -175,6 +176,20 @@ def drop_by_missingness(frame: pd.DataFrame, spec: EHRTableSpec, records_read: i
     return frame[[c for c in frame.columns if c not in dropped]], dropped, rule
 
 
+def check_derived_sources(spec: EHRTableSpec, dropped: dict, where: str) -> None:
+    """Refuse, with one message, a table where an attribute a derived column needs was dropped as missing."""
+    lost = {name: [s for s in sources if s in dropped]
+            for name, sources in derived_sources(spec.derived, list(spec.bounds())).items()}
+    lost = {name: sources for name, sources in lost.items() if sources}
+    if lost:
+        listed = "; ".join(f"{name} needs {', '.join(sources)}" for name, sources in lost.items())
+        raise InputError(f"{spec.name}: derived column(s) cannot be computed: {listed}, missing in too many "
+                         f"records {where} (dropped by the rule: {spec.name}'s drop_attributes_missing_in_more_than). "
+                         "Deliver those attributes, or remove the derived column(s) from the spec.")
+
+
 def read_ehr_table(path: str | Path, spec: EHRTableSpec) -> EHRTable:
     """Read ``path`` through ``spec`` (the file is only read)."""
-    return parse_ehr_table(_raw_attributes(Path(path), spec), spec)
+    table = parse_ehr_table(_raw_attributes(Path(path), spec), spec)
+    check_derived_sources(spec, table.decisions["dropped_attributes"], "of the delivery")
+    return table

@@ -21,7 +21,7 @@ from models.patient_split import split_subjects
 from models.rubins_rules import pool
 from privehr.config import EHRPrepareConfig
 from privehr.specs import load_ehr_spec
-from tasks.ehr_table import drop_by_missingness, read_ehr_table
+from tasks.ehr_table import check_derived_sources, drop_by_missingness, read_ehr_table
 from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import run_logger
 
@@ -48,6 +48,7 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
     split = split_subjects(patients, [], (1 - config.test_fraction, 0.0, config.test_fraction), config.split_seed)
     train, test = frame[(split == "train").to_numpy()], frame[(split == "test").to_numpy()]
     train, dropped, rule = drop_by_missingness(train, spec, table.decisions["records_read"])  # training patients only
+    check_derived_sources(spec, dropped, "of the training patients")
     test, frame = test[train.columns], frame[train.columns]
     decisions = {**table.decisions, "dropped_attributes": dropped, "attributes_kept": len(train.columns),
                  "drop_rule": rule, "drop_decided_on": "training patients",

@@ -104,3 +104,20 @@ def test_pipeline_can_impute_the_static_table_on_training_stays(tmp_path, small_
         frame = pd.read_csv(run_dir / "intermediate" / "static_imputed" / f"{split}_1.csv", index_col=0)
         assert set(frame.index) == set(manifest["icustay_ids"][split])
         assert not frame.isna().any().any() and frame["age"].between(15, 120).all()
+
+
+def test_ehr_prepare_takes_m_alone_and_refuses_a_table_missing_a_derived_columns_source(tmp_path, capsys):
+    """`privehr ehr-prepare --m 2` (no --iterations) parses; an all-missing PAP column is one message, exit 2."""
+    import json
+
+    from privehr.cli import main
+    from tasks.demo_data import write_demo_ehr
+
+    table = tmp_path / "ehr.csv"
+    write_demo_ehr(table, seed=0)
+    lines = [line.split(",") for line in table.read_text().splitlines()]
+    table.write_text("\n".join(",".join([c[0]] + ["none"] * (len(c) - 1) if c[0] == "pap_systolic" else c)
+                               for c in lines) + "\n")
+    argv = ["ehr-prepare", "--data", str(table), "--m", "2", "--artifacts-dir", str(tmp_path / "a"), "--json"]
+    assert main(argv) == 2
+    assert "mean_pap needs pap_systolic" in json.loads(capsys.readouterr().out)["error"]

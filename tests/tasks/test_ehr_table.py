@@ -154,3 +154,17 @@ def test_a_patient_delivered_twice_is_quarantined_not_counted_twice(demo, tmp_pa
     assert table.decisions["records_kept"] <= len(lines[0]) - 2
     assert _sha(twice) == before
     assert read_ehr_table(demo, SPEC).quarantine["reason"].str.startswith("identical").sum() == 0
+
+
+def _without(demo: Path, tmp_path: Path, attribute: str) -> Path:
+    lines = [line.split(",") for line in demo.read_text().splitlines()]
+    out = tmp_path / f"no_{attribute}.csv"
+    out.write_text("\n".join(",".join([c[0]] + ["none"] * (len(c) - 1) if c[0] == attribute else c) for c in lines)
+                   + "\n")
+    return out
+
+
+def test_a_derived_column_whose_source_is_missing_fails_validation_with_the_fix(demo, tmp_path):
+    with pytest.raises(InputError, match=r"derived column\(s\) cannot be computed: mean_pap needs pap_systolic; "
+                                         r"hypertensive needs pap_systolic.*remove the derived column"):
+        read_ehr_table(_without(demo, tmp_path, "pap_systolic"), SPEC)
