@@ -61,6 +61,8 @@ class PatientsSpec(_Strict):
     age_min: float = 15
     stay_hours: StayHours = StayHours()
     min_rows: int = 1
+    max_quarantined_share: float = Field(0.5, ge=0, le=1, description="a delivery with a larger share of its "
+                                         "stays quarantined fails validation (the cause is systematic)")
 
 
 class VitalsLabsSpec(_Strict):

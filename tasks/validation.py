@@ -187,6 +187,27 @@ def _write_outputs(dirs: tuple[Path, Path], rows: list[dict], docs: str, quarant
     return summary
 
 
+def _quarantined_share(patients: pd.DataFrame, stay_level: pd.DataFrame, excluded: int,
+                       spec: MimicExtractSpec) -> list[dict]:
+    """A critical row when more than the spec's share of stays is quarantined: one systematic cause (labels
+    delivered as text, a cohort rule no stay meets) is named with its fix, instead of an empty cohort later."""
+    limit, stays = spec.patients.max_quarantined_share, len(patients)
+    if not stays or excluded <= limit * stays:
+        return []
+    reason, count = stay_level["reason"].value_counts().index[0], int(stay_level["reason"].value_counts().iloc[0])
+    text_labels = [c for c in spec.patients.labels
+                   if c in patients and not pd.api.types.is_numeric_dtype(patients[c])]
+    if text_labels and "label" in reason:
+        fix = (f"the label column(s) {', '.join(text_labels)} hold text, not numbers; deliver them as integers 0/1 "
+               "(MIMIC-Extract stores them as int64)")
+    else:
+        fix = (f"the most frequent reason, '{reason}', applies to {count} of {stays} stays; correct the delivery "
+               "or the spec's rule (see the quarantine files)")
+    return [{"suite": "patients", "table": "patients", "expectation": "share_of_stays_quarantined", "column": "",
+             "severity": "critical", "success": False, "observed": f"{excluded} of {stays} stays quarantined",
+             "rule": f"at most {limit:.0%} of the delivery's stays may be quarantined", "fix": fix}]
+
+
 def validate_extract(hdf5_path: str | Path, run_dir: str | Path, spec: MimicExtractSpec,
                      chunk_rows: int = 65536) -> dict:
     """Validate an ``all_hourly_data.h5``; write reports and quarantine; return the summary (no rows)."""
@@ -205,6 +226,7 @@ def validate_extract(hdf5_path: str | Path, run_dir: str | Path, spec: MimicExtr
                             hourly_q.loc[hourly_q["column"] == "hours_in", ["icustay_id", "reason"]]])
     stay_level = stay_level.dropna(subset=["icustay_id"]).astype({"icustay_id": "int64"})
     excluded = stay_level.groupby("icustay_id")["reason"].agg(q.join_reasons)
+    rows.extend(_quarantined_share(patients, stay_level, len(excluded), spec))
     quarantine = {"patients": patients_q, "vitals_labs": hourly_q}
     summary = _write_outputs(dirs, rows, docs, quarantine, {
         "input": str(hdf5_path), "kind": "mimic_extract", "keys": keys, "stays": int(len(patients)),

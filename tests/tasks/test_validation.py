@@ -162,3 +162,21 @@ def test_empty_hourly_table_is_critical(simulated, tmp_path):
 
 def test_validation_failed_is_an_input_error():
     assert issubclass(ValidationFailed, InputError)
+
+
+def test_labels_delivered_as_text_fail_validation_naming_the_cause(simulated, tmp_path):
+    """'0'/'1' strings quarantine every stay: that is one systematic cause, a critical failure with its fix,
+    not a passed validation followed by an empty cohort."""
+    patients = simulated.patients.astype({"mort_icu": str}).copy()
+    path = _write(simulated, tmp_path / "text_labels.h5", patients=patients)
+    s = _validate(path, tmp_path / "run")
+    assert not s["passed"]
+    (row,) = [r for r in s["failed_critical"] if r["expectation"] == "share_of_stays_quarantined"]
+    assert "mort_icu hold text" in row["fix"] and f"of {len(patients)} stays" in row["observed"]
+
+
+def test_a_few_quarantined_stays_do_not_fail_the_delivery(simulated, tmp_path):
+    patients = simulated.patients.astype({"mort_icu": float}).copy()
+    patients.iloc[0, patients.columns.get_loc("mort_icu")] = np.nan
+    s = _validate(_write(simulated, tmp_path / "one.h5", patients=patients), tmp_path / "run")
+    assert s["passed"] and not [r for r in s["failed_critical"] if r["expectation"] == "share_of_stays_quarantined"]
