@@ -11,6 +11,7 @@ from prefect import task
 
 from models.cohort import select_cohort
 from models.quarantine import mask_beyond_bounds
+from privehr.errors import InputError
 from privehr.specs import load_mimic_spec
 from tasks.mimic_extract import read_patients, read_window
 from tasks.run_directory import INTERMEDIATE
@@ -41,6 +42,7 @@ def build_cohort(hdf5_path: str, run_dir: str, window_hours: int = 24, gap_hours
     keep = ~patients.index.get_level_values("icustay_id").isin(list(quarantined))
     cohort = select_cohort(patients[keep], window_hours, gap_hours)
     cohort.exclusions = {"quarantined": int((~keep).sum()), **cohort.exclusions}
+    _check_size(cohort, len(patients), window_hours, gap_hours)
     window = read_window(hdf5_path, cohort.stays["icustay_id"].to_numpy(), window_hours, chunk_rows)
     masked = 0
     if validation_report is not None:
@@ -57,6 +59,26 @@ def build_cohort(hdf5_path: str, run_dir: str, window_hours: int = 24, gap_hours
     (Path(run_dir) / "cohort.json").write_text(json.dumps(summary, indent=2))
     run_logger().info("cohort: %d stays kept, excluded %s", summary["stays"], cohort.exclusions)
     return str(out)
+
+
+FIXES = {"quarantined": "see the validation report and the quarantine files",
+         "duplicate_stays": "deliver each stay once",
+         "missing_labels": "deliver both labels for every stay",
+         "non_binary_labels": "deliver the labels as integers 0/1"}
+
+
+def _check_size(cohort, delivered: int, window_hours: int, gap_hours: int) -> None:
+    """Stop with the rule that emptied the cohort (a split needs 3 subjects), not with a generic size message."""
+    subjects = int(cohort.stays["subject_id"].nunique())
+    if subjects >= 3:
+        return
+    rules = {k: n for k, n in cohort.exclusions.items() if n}
+    listed = ", ".join(f"{k}: {n}" for k, n in rules.items()) or "none"
+    worst = max(rules, key=rules.get) if rules else None
+    fix = FIXES.get(worst, f"stays must last more than window_hours + gap_hours = {window_hours + gap_hours} h; "
+                           "deliver longer stays or lower data.window_hours / data.gap_hours")
+    raise InputError(f"the cohort kept {subjects} subject(s) of {delivered} stay(s) delivered (a train/dev/test "
+                     f"split needs at least 3); stays excluded by rule: {listed}. Fix for the largest: {fix}.")
 
 
 def load_cohort(path: str) -> dict[str, np.ndarray]:

@@ -142,3 +142,19 @@ def test_a_label_with_one_class_in_a_split_stops_the_run_before_training(tmp_pat
     rates["dev"]["mort_icu"] = 0.05
     manifest.write_text(json.dumps({"label_rates": rates}))
     check_labels.fn(str(manifest), ["mort_icu"])  # both classes everywhere: the run goes on
+
+
+def test_a_cohort_emptied_by_a_rule_names_the_rule_and_its_count(tmp_path):
+    from models.severity_simulator import simulate_extract
+    from privehr.errors import InputError
+    from privehr.resources import mimic_extract_variables
+    from tasks.demo_data import write_extract
+
+    sim = simulate_extract(mimic_extract_variables(), 40, seed=2)
+    sim.patients = sim.patients.assign(max_hours=20)  # every stay shorter than the 24 h window + 6 h gap
+    path = tmp_path / "short.h5"
+    write_extract(sim, path)
+    (tmp_path / "run" / "intermediate").mkdir(parents=True)
+    with pytest.raises(InputError, match=r"kept 0 subject\(s\) of 40 stay\(s\).*max_hours_le_30: 40.*more than "
+                                         r"window_hours \+ gap_hours = 30 h"):
+        build_cohort.fn(str(path), str(tmp_path / "run"))
