@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 from privehr.errors import InputError
@@ -249,7 +252,10 @@ def _release_run_settings(args, flat: dict, nested: tuple = ()) -> dict:
 
         if not args.config.exists():
             raise InputError(f"config file not found: {args.config}")
-        raw = yaml.safe_load(args.config.read_text()) or {}
+        try:
+            raw = yaml.safe_load(args.config.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise InputError(f"config file {args.config} is not valid YAML: {err}; fix the line it names") from None
         if not isinstance(raw, dict):
             raise InputError(f"config file {args.config} must hold a mapping of settings")
     raw |= {k: v for k, v in {**flat, "run_id": args.run_id, "artifacts_dir": args.artifacts_dir}.items()
@@ -367,6 +373,8 @@ def _parser() -> argparse.ArgumentParser:
                                      "differential privacy, orchestrated by Prefect and versioned with DVC.")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    common.add_argument("--debug", action="store_true", help="show the Python and Prefect tracebacks of input "
+                                                             "errors (by default: one message, exit status 2)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo-data", help="generate demo inputs in the real on-disk formats")
@@ -511,11 +519,37 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextmanager
+def _input_errors_without_tracebacks(debug: bool):
+    """Log records of an input error (a task or flow of this command failing on bad input) keep their message but
+    lose the traceback, which Prefect's handlers would print before privehr's one-line message."""
+    if debug:
+        yield
+        return
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        record = previous(*args, **kwargs)
+        if record.exc_info and isinstance(record.exc_info[1], InputError):
+            record.exc_info, record.exc_text = None, None
+        return record
+
+    logging.setLogRecordFactory(factory)
+    try:
+        yield
+    finally:
+        logging.setLogRecordFactory(previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    debug = getattr(args, "debug", False)
     try:
-        return args.func(args)
+        with _input_errors_without_tracebacks(debug):
+            return args.func(args)
     except InputError as err:
+        if debug:
+            traceback.print_exc()
         if getattr(args, "json", False):
             print(json.dumps({"error": str(err)}, indent=2))
         print(f"privehr: error: {err}", file=sys.stderr)

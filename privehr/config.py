@@ -460,7 +460,11 @@ def load_config(path: str | Path | None = None, profile: str = "demo", **overrid
         if not path.exists():
             raise InputError(f"config file not found: {path}")
         text = path.read_text()
-        raw = (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
+        try:
+            raw = (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
+        except (yaml.YAMLError, json.JSONDecodeError) as err:
+            raise InputError(f"config file {path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
+                             f"{err}; fix the line it names") from None
         if not isinstance(raw, dict):
             raise InputError(f"config file {path} must hold a mapping of settings")
     raw = _merge(PROFILES[profile], raw)

@@ -103,3 +103,33 @@ def test_validate_of_a_missing_file_is_one_message_with_status_2_and_no_run_dire
     captured = capsys.readouterr()
     assert "delivery not found" in json.loads(captured.out)["error"] and "Traceback" not in captured.err
     assert not artifacts.exists()
+
+
+def test_invalid_yaml_is_one_message_and_input_errors_leave_no_traceback(tmp_path, capsys, caplog):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("split: {seed: 9\nlabels: [mort_icu\n")
+    for argv in (["config", "--config", str(bad)], ["infer", "--config", str(bad)],
+                 ["synthesize", "--config", str(bad)]):
+        assert main(argv + ["--json"]) == 2
+        captured = capsys.readouterr()
+        assert "is not valid YAML" in json.loads(captured.out)["error"] and "Traceback" not in captured.err
+
+
+def test_input_error_log_records_lose_their_traceback_unless_debug(capsys):
+    import logging
+
+    from privehr.cli import _input_errors_without_tracebacks
+    from privehr.errors import InputError
+
+    def record():
+        try:
+            raise InputError("bad input")
+        except InputError:
+            return logging.getLogger("prefect.test").makeRecord("prefect.test", logging.ERROR, __file__, 1, "failed",
+                                                                (), __import__("sys").exc_info())
+
+    with _input_errors_without_tracebacks(debug=False):
+        assert record().exc_info is None
+    with _input_errors_without_tracebacks(debug=True):
+        assert record().exc_info is not None
+    assert record().exc_info is not None  # restored after the command
