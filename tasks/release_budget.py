@@ -106,7 +106,7 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
 
     Returns reservation ids by :func:`tasks.train.fit_key` / :func:`tasks.train.trial_key`."""
     training, privacy = config.training, config.privacy
-    counts = json.loads((Path(run_dir) / "split_manifest.json").read_text())["counts"]
+    counts = json.loads((Path(run_dir) / "split_summary.json").read_text())["counts"]
     n_train, n_fit = counts["train"]["stays"], counts["train"]["stays"] + counts["dev"]["stays"]
     check_delta(privacy.delta, n_train)
     planned: dict[str, LedgerEntry] = {}

@@ -152,7 +152,7 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
     rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
             for r in summary.to_dict("records")]
     cohort = json.loads((run_dir / "cohort.json").read_text())
-    split = json.loads((run_dir / "split_manifest.json").read_text())["counts"]
+    split = json.loads((run_dir / "split_summary.json").read_text())["counts"]
     note = PRIVACY_NOTE.format(delta=privacy.delta, reproducible=REPRODUCIBLE if privacy.reproducible_noise else "")
     ledger_text, ledger_total = ledger_lines(run_dir, privacy)
     checks = check_dp_sgd_curves(frame) if len(frame) else []

@@ -1,7 +1,9 @@
-"""Split: assign whole subjects to train/dev/test and save the manifest with the run."""
+"""Split: assign whole subjects to train/dev/test; the manifest of ids stays under ``intermediate/``, its counts
+and hash go with the run."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -13,14 +15,18 @@ from models.patient_split import SPLITS, split_subjects
 from privehr.config import SplitConfig
 from privehr.errors import InputError
 from tasks.cohort import load_cohort
+from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import run_logger
 
-__all__ = ["split_cohort", "load_manifest", "check_labels"]
+__all__ = ["split_cohort", "load_manifest", "check_labels", "SPLIT_SUMMARY"]
+
+SPLIT_SUMMARY = "split_summary.json"  # counts, label rates, the manifest's hash: what a run versions
 
 
 @task(name="split")
 def split_cohort(cohort_path: str, config: SplitConfig, run_dir: str) -> str:
-    """Write ``split_manifest.json`` (subject and stay ids per split, label rates); return its path."""
+    """Write ``intermediate/split_manifest.json`` (subject and stay ids per split: patient-level, out of DVC) and
+    ``split_summary.json`` (counts, label rates and the manifest's sha256, versioned); return the manifest's path."""
     data = load_cohort(cohort_path)
     stays = pd.DataFrame({c: data[c] for c in ["subject_id", "icustay_id", *LABELS]})
     if stays["subject_id"].nunique() < 3:
@@ -36,8 +42,11 @@ def split_cohort(cohort_path: str, config: SplitConfig, run_dir: str) -> str:
         "subjects": {s: sorted(stays.loc[split == s, "subject_id"].unique().tolist()) for s in SPLITS},
         "icustay_ids": {s: stays.loc[split == s, "icustay_id"].tolist() for s in SPLITS},
     }
-    out = Path(run_dir) / "split_manifest.json"
+    out = Path(run_dir) / INTERMEDIATE / "split_manifest.json"
     out.write_text(json.dumps(manifest, indent=1))
+    summary = {k: v for k, v in manifest.items() if k not in ("subjects", "icustay_ids")}
+    summary["manifest_sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()
+    (Path(run_dir) / SPLIT_SUMMARY).write_text(json.dumps(summary, indent=1))
     run_logger().info("split: %s", {s: manifest["counts"][s]["stays"] for s in SPLITS})
     return str(out)
 

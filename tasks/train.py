@@ -127,7 +127,7 @@ def _result_key(run_dir: str, *parts) -> str:
     """Identity of a result: the raw input's sha256 (as DVC tracks it), the split, and the task's parameters."""
     run = Path(run_dir)
     digest = hashlib.sha256(json.loads((run / "ingest.json").read_text())["sha256"].encode())
-    digest.update((run / "split_manifest.json").read_bytes())
+    digest.update(json.loads((run / "split_summary.json").read_text())["manifest_sha256"].encode())
     digest.update(json.dumps(parts, sort_keys=True, default=str).encode())
     return digest.hexdigest()
 

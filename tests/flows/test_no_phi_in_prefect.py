@@ -96,8 +96,9 @@ def test_canaries_stay_out_of_prefect(tmp_path, caplog):
     with caplog.at_level(logging.DEBUG):
         summary = pipeline(config)
     run_dir = Path(summary["run_dir"])
-    manifest = (run_dir / "split_manifest.json").read_text()
-    assert str(CANARY_SUBJECT) in manifest  # the canary is in the input and in the run's own files
+    manifest = (run_dir / "intermediate" / "split_manifest.json").read_text()
+    assert str(CANARY_SUBJECT) in manifest  # the canary is in the input and in the run's patient-level files
+    assert str(CANARY_SUBJECT) not in (run_dir / "split_summary.json").read_text()  # what DVC versions
     imputed = run_dir / "synthesis" / "intermediate" / "imputed" / "train_0.csv"
     assert f"{CANARY_VALUE}" in imputed.read_text() or f"{CANARY_VALUE}" in imputed.with_name("test_0.csv").read_text()
 

@@ -23,7 +23,8 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
         "device": "auto"})
     summary = pipeline(config)
     run_dir = Path(summary["run_dir"])
-    for name in ("config.json", "provenance.json", "ingest.json", "cohort.json", "split_manifest.json",
+    for name in ("config.json", "provenance.json", "ingest.json", "cohort.json", "split_summary.json",
+                 "intermediate/split_manifest.json",
                  "featurizer.json", "metrics.json", "results.md", "results.csv", "results_runs.csv",
                  "auroc_vs_epsilon.png", "models/mort_icu-grud-dp_sgd-bce-eps1-seed1.pt",
                  "search/los_3-logistic_regression-non_private-bce-epsinf.json"):

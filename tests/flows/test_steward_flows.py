@@ -95,14 +95,15 @@ def test_pipeline_can_impute_the_static_table_on_training_stays(tmp_path, small_
                      "non_private": {"max_epochs": 1}}})
     run_dir = Path(pipeline(config)["run_dir"])
     s = json.loads((run_dir / "static_imputation.json").read_text())
-    manifest = json.loads((run_dir / "split_manifest.json").read_text())
+    manifest = json.loads((run_dir / "split_summary.json").read_text())
     assert s["stays"] == {k: v["stays"] for k, v in manifest["counts"].items()}
     assert s["missing_after"] == 0 and s["missing_before"]["train"] > 0
     assert {"age", "gender_male", "heart rate (24h mean)"} <= set(s["columns_kept"])
     assert all(f > 0.9 for f in s["dropped"]["columns"].values())
     for split in ("train", "dev", "test"):
         frame = pd.read_csv(run_dir / "intermediate" / "static_imputed" / f"{split}_1.csv", index_col=0)
-        assert set(frame.index) == set(manifest["icustay_ids"][split])
+        ids = json.loads((run_dir / "intermediate" / "split_manifest.json").read_text())["icustay_ids"]
+        assert set(frame.index) == set(ids[split])
         assert not frame.isna().any().any() and frame["age"].between(15, 120).all()
 
 
