@@ -229,15 +229,20 @@ def test_the_reference_posterior_matches_a_closed_form_posterior():
     assert ref.summary["correlation"][0][1] == pytest.approx(float(cov[0, 1] / (sd[0] * sd[1])), abs=0.02)
 
 
-def test_non_private_nf_vi_recovers_a_closed_form_posterior():
-    model = LinearGaussian()
+def _linear_vi_draws(temperature: float = 1.0):
+    """Non-private NF-VI on the linear model: (draws of the fitted flow, exact posterior mean, covariance)."""
     records, mean, cov = _linear_data()
     torch.manual_seed(0)
     flow = VariationalFlow(2, blocks=1, hidden_size=8).double()
     hp = VIHyperparameters(learning_rate=0.01, lr_decay=0.999, draws=200, steps=2500, batch_size=400,
-                           optimizer="rmsprop")
-    train_vi(flow, model, records, hp)
-    fit = posterior_summary(flow.sample(20000, torch.Generator().manual_seed(1)))
+                           optimizer="rmsprop", temperature=temperature)
+    train_vi(flow, LinearGaussian(), records, hp)
+    return flow.sample(20000, torch.Generator().manual_seed(1)), mean, cov
+
+
+def test_non_private_nf_vi_recovers_a_closed_form_posterior():
+    draws, mean, cov = _linear_vi_draws()
+    fit = posterior_summary(draws)
     sd = cov.diagonal().sqrt()
     np.testing.assert_allclose(fit["mean"], mean.numpy(), atol=0.2 * float(sd.min()))
     np.testing.assert_allclose(fit["sd"], sd.numpy(), rtol=0.2)
@@ -246,14 +251,7 @@ def test_non_private_nf_vi_recovers_a_closed_form_posterior():
 
 def test_tempered_training_fits_the_power_posterior_and_untempering_recovers_the_posterior():
     """tau = 0.25: the fitted flow has every SD doubled and the same correlation; shrunk back, the posterior."""
-    model = LinearGaussian()
-    records, mean, cov = _linear_data()
-    torch.manual_seed(0)
-    flow = VariationalFlow(2, blocks=1, hidden_size=8).double()
-    hp = VIHyperparameters(learning_rate=0.01, lr_decay=0.999, draws=200, steps=2500, batch_size=400,
-                           optimizer="rmsprop", temperature=0.25)
-    train_vi(flow, model, records, hp)
-    draws = flow.sample(20000, torch.Generator().manual_seed(1))
+    draws, mean, cov = _linear_vi_draws(temperature=0.25)
     tempered, back = posterior_summary(draws), posterior_summary(untemper(draws, 0.25))
     sd, rho = cov.diagonal().sqrt(), float(cov[0, 1] / cov.diagonal().prod().sqrt())
     np.testing.assert_allclose(tempered["sd"], 2 * sd.numpy(), rtol=0.2)
