@@ -541,12 +541,27 @@ def _input_errors_without_tracebacks(debug: bool):
         logging.setLogRecordFactory(previous)
 
 
+EPHEMERAL_STARTUP_SECONDS = "180"  # Prefect's 20 s default fails on a loaded 2-core machine
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     debug = getattr(args, "debug", False)
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_SECONDS)
     try:
         with _input_errors_without_tracebacks(debug):
             return args.func(args)
+    except RuntimeError as err:
+        if "ephemeral Prefect API server" not in str(err) or debug:
+            raise
+        timeout = os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"]
+        message = (f"Prefect's temporary server did not start within {timeout} s (a loaded machine?). Run "
+                   "`prefect server start` once and set PREFECT_API_URL to it (e.g. http://127.0.0.1:4200/api), or "
+                   "raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS; nothing was trained.")
+        if getattr(args, "json", False):
+            print(json.dumps({"error": message}, indent=2))
+        print(f"privehr: error: {message}", file=sys.stderr)
+        return 2
     except InputError as err:
         if debug:
             traceback.print_exc()

@@ -133,3 +133,17 @@ def test_input_error_log_records_lose_their_traceback_unless_debug(capsys):
     with _input_errors_without_tracebacks(debug=True):
         assert record().exc_info is not None
     assert record().exc_info is not None  # restored after the command
+
+
+def test_a_server_that_does_not_start_in_time_is_one_message_naming_prefect_api_url(monkeypatch, capsys):
+    import privehr.cli as cli
+
+    def slow_server(args):
+        raise RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server.")
+
+    parser = cli._parser()
+    monkeypatch.setattr(cli, "_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["inspect"].set_defaults(func=slow_server)
+    assert main(["inspect", "x.h5", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert "PREFECT_API_URL" in json.loads(captured.out)["error"] and "Traceback" not in captured.err
