@@ -542,12 +542,17 @@ def _input_errors_without_tracebacks(debug: bool):
 
 
 EPHEMERAL_STARTUP_SECONDS = "180"  # Prefect's 20 s default fails on a loaded 2-core machine
+ORCHESTRATED = {"run", "validate", "ehr-prepare", "synthesize", "infer", "audit"}  # start a Prefect server
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     debug = getattr(args, "debug", False)
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_SECONDS)
+    if args.command in ORCHESTRATED and argv is None:  # a console command (not a call from Python): no orphans
+        from privehr.watchdog import watch
+
+        watch()
     try:
         with _input_errors_without_tracebacks(debug):
             return args.func(args)

@@ -1,0 +1,51 @@
+"""A privehr command killed by SIGKILL mid-run leaves no process behind (Prefect's temporary uvicorn server
+included): the watchdog started by the console command terminates its descendants."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from privehr.watchdog import _alive, descendants
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="the watchdog reads /proc (Linux)")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_sigkill_mid_run_leaves_no_uvicorn_and_no_privehr_process(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env |= {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    argv = [sys.executable, "-m", "privehr", "infer", "--subjects", "300", "--mu", "2", "--runs", "1",
+            "--steps", "1000000", "--draws", "8", "--routes", "dp_nf_vi", "--losses", "free_energy",
+            "--no-non-private", "--artifacts-dir", str(tmp_path / "artifacts"), "--device", "cpu", "--run-id", "k"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, seen = time.monotonic() + 240, {}
+        budget = tmp_path / "artifacts" / "k" / "privacy_budget.json"
+        while time.monotonic() < deadline and not (budget.exists() and any("uvicorn" in _cmdline(p) for p in seen)):
+            assert proc.poll() is None, "the command ended before it could be killed"
+            seen |= descendants(proc.pid)
+            time.sleep(0.5)
+        assert budget.exists(), "the run did not reach its fits in time"
+        time.sleep(2)
+        seen |= descendants(proc.pid)
+        assert any("uvicorn" in _cmdline(p) for p in seen) and any("privehr.watchdog" in _cmdline(p) for p in seen)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while _alive(seen) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _alive(seen), [_cmdline(p) for p in _alive(seen)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
