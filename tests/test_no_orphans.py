@@ -49,3 +49,21 @@ def test_sigkill_mid_run_leaves_no_uvicorn_and_no_privehr_process(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_validate_on_a_loaded_machine_completes_or_says_why_in_one_line(tmp_path, small_extract):
+    """CPU hogs on every core: the temporary server may start slowly; the command still validates (0, or 1 for a
+    failed delivery) or ends with one message (2), never a traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env |= {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        out = subprocess.run([sys.executable, "-m", "privehr", "validate", str(small_extract), "--json",
+                              "--artifacts-dir", str(tmp_path / "artifacts")], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=600)
+    finally:
+        for hog in hogs:
+            hog.kill()
+    assert out.returncode in (0, 1, 2) and "Traceback" not in out.stderr, out.stderr[-2000:]
+    if out.returncode == 2:
+        assert "PREFECT_API_URL" in out.stderr
