@@ -67,3 +67,16 @@ def test_validate_on_a_loaded_machine_completes_or_says_why_in_one_line(tmp_path
     assert out.returncode in (0, 1, 2) and "Traceback" not in out.stderr, out.stderr[-2000:]
     if out.returncode == 2:
         assert "PREFECT_API_URL" in out.stderr
+
+
+def test_quick_commands_start_no_prefect_server(tmp_path, small_extract):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env |= {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    commands = [["inspect", str(small_extract)], ["config"], ["privacy", "ledger", "--ledger", str(tmp_path / "l")],
+                ["privacy", "convert", "--sigma", "1", "--sample-rate", "0.01", "--steps", "100"]]
+    for command in commands:
+        out = subprocess.run([sys.executable, "-m", "privehr", *command, "--json"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "temporary server" not in out.stderr.lower(), command
+    assert not (tmp_path / "prefect" / "prefect.db").exists()
