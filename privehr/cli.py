@@ -545,6 +545,18 @@ EPHEMERAL_STARTUP_SECONDS = "180"  # Prefect's 20 s default fails on a loaded 2-
 ORCHESTRATED = {"run", "validate", "ehr-prepare", "synthesize", "infer", "audit"}  # start a Prefect server
 
 
+def _with_one_retry_of_the_server(args) -> int:
+    """Run the command; if Prefect's temporary server did not come up (a loaded machine), try once more. The
+    server starts before a flow's first task, so a failed start has created nothing to clean up."""
+    try:
+        return args.func(args)
+    except RuntimeError as err:
+        if "ephemeral Prefect API server" not in str(err):
+            raise
+        print("privehr: Prefect's temporary server did not start in time; trying once more", file=sys.stderr)
+        return args.func(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     debug = getattr(args, "debug", False)
@@ -555,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
         watch()
     try:
         with _input_errors_without_tracebacks(debug):
-            return args.func(args)
+            return _with_one_retry_of_the_server(args)
     except RuntimeError as err:
         if "ephemeral Prefect API server" not in str(err) or debug:
             raise

@@ -147,3 +147,15 @@ def test_a_server_that_does_not_start_in_time_is_one_message_naming_prefect_api_
     assert main(["inspect", "x.h5", "--json"]) == 2
     captured = capsys.readouterr()
     assert "PREFECT_API_URL" in json.loads(captured.out)["error"] and "Traceback" not in captured.err
+    assert "trying once more" in captured.err
+
+    calls = []
+
+    def slow_once(args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server.")
+        return 0
+
+    parser._subparsers._group_actions[0].choices["inspect"].set_defaults(func=slow_once)
+    assert main(["inspect", "x.h5"]) == 0 and len(calls) == 2  # the retry succeeded

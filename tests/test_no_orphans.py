@@ -1,4 +1,4 @@
-"""A privehr command killed by SIGKILL mid-run leaves no process behind (Prefect's temporary uvicorn server
+"""A privehr command killed by SIGKILL mid-run (privehr run mid-grid) leaves no process behind (Prefect's temporary uvicorn server
 included): the watchdog started by the console command terminates its descendants."""
 
 import os
@@ -22,16 +22,15 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def test_sigkill_mid_run_leaves_no_uvicorn_and_no_privehr_process(tmp_path):
+def test_sigkill_of_privehr_run_mid_grid_leaves_no_uvicorn_and_no_privehr_process(tmp_path, small_extract):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env |= {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    argv = [sys.executable, "-m", "privehr", "infer", "--subjects", "300", "--mu", "2", "--runs", "1",
-            "--steps", "1000000", "--draws", "8", "--routes", "dp_nf_vi", "--losses", "free_energy",
-            "--no-non-private", "--artifacts-dir", str(tmp_path / "artifacts"), "--device", "cpu", "--run-id", "k"]
+    argv = [sys.executable, "-m", "privehr", "run", "--data", str(small_extract), "--no-synthesis", "--no-dvc",
+            "--artifacts-dir", str(tmp_path / "artifacts"), "--run-id", "k"]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline, seen = time.monotonic() + 240, {}
-        budget = tmp_path / "artifacts" / "k" / "privacy_budget.json"
+        budget = tmp_path / "artifacts" / "k" / "privacy_budget.json"  # reserved: the grid's fits are under way
         while time.monotonic() < deadline and not (budget.exists() and any("uvicorn" in _cmdline(p) for p in seen)):
             assert proc.poll() is None, "the command ended before it could be killed"
             seen |= descendants(proc.pid)
