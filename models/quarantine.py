@@ -106,11 +106,10 @@ def combine(parts: list[pd.DataFrame], id_columns: list[str]) -> pd.DataFrame:
 
 
 def _integral(column: pd.Series) -> pd.Series:
-    """Ids read as floats (10005.0) back to integers when every value is integral; others unchanged."""
-    numeric = pd.to_numeric(column, errors="coerce")
-    if column.notna().any() and numeric.notna().sum() == column.notna().sum() and \
-            (numeric.dropna() % 1 == 0).all():
-        return numeric.astype("Int64")
+    """Float ids (10005.0, a column with a missing id) back to integers when every value is integral; ids held as
+    text ('000123') are never converted."""
+    if pd.api.types.is_float_dtype(column) and (column.dropna() % 1 == 0).all():
+        return column.astype("Int64")
     return column
 
 
@@ -124,11 +123,11 @@ def tidy(frame: pd.DataFrame) -> pd.DataFrame:
     [{'icustay_id': 10005, 'column': '', 'value': None, 'reason': 'r'}]
     """
     ids = [c for c in frame.columns if c not in QUARANTINE_COLUMNS]
-    out = frame[ids + QUARANTINE_COLUMNS].copy()
+    out = frame[ids + QUARANTINE_COLUMNS]
+    out = out[~out.astype(str).duplicated()].reset_index(drop=True)
     for c in ids:
         out[c] = _integral(out[c])
-    keys = out.astype(str)
-    return out[~keys.duplicated()].reset_index(drop=True)
+    return out
 
 
 def join_reasons(reasons: pd.Series) -> str:

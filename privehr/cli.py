@@ -546,15 +546,25 @@ ORCHESTRATED = {"run", "validate", "ehr-prepare", "synthesize", "infer", "audit"
 
 
 def _with_one_retry_of_the_server(args) -> int:
-    """Run the command; if Prefect's temporary server did not come up (a loaded machine), try once more. The
-    server starts before a flow's first task, so a failed start has created nothing to clean up."""
+    """Run the command; if Prefect's temporary server did not come up (a loaded machine), stop its half-started
+    process and try once more. The server starts before a flow's first task: no run directory exists yet."""
     try:
         return args.func(args)
     except RuntimeError as err:
         if "ephemeral Prefect API server" not in str(err):
             raise
+        _stop_temporary_server()
         print("privehr: Prefect's temporary server did not start in time; trying once more", file=sys.stderr)
-        return args.func(args)
+        try:
+            return args.func(args)
+        finally:
+            _stop_temporary_server()
+
+
+def _stop_temporary_server() -> None:
+    """Terminate the temporary server Prefect started for this process, if any (a failed start leaves it)."""
+    if "prefect.server.api.server" in sys.modules:
+        sys.modules["prefect.server.api.server"].SubprocessASGIServer().stop()
 
 
 def main(argv: list[str] | None = None) -> int:

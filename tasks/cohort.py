@@ -75,8 +75,9 @@ def _check_size(cohort, delivered: int, window_hours: int, gap_hours: int) -> No
     rules = {k: n for k, n in cohort.exclusions.items() if n}
     listed = ", ".join(f"{k}: {n}" for k, n in rules.items()) or "none"
     worst = max(rules, key=rules.get) if rules else None
-    fix = FIXES.get(worst, f"stays must last more than window_hours + gap_hours = {window_hours + gap_hours} h; "
-                           "deliver longer stays or lower data.window_hours / data.gap_hours")
+    fix = ("deliver stays of at least 3 subjects" if worst is None else
+           FIXES.get(worst, f"stays must last more than window_hours + gap_hours = {window_hours + gap_hours} h; "
+                            "deliver longer stays or lower data.window_hours / data.gap_hours"))
     raise InputError(f"the cohort kept {subjects} subject(s) of {delivered} stay(s) delivered (a train/dev/test "
                      f"split needs at least 3); stays excluded by rule: {listed}. Fix for the largest: {fix}.")
 

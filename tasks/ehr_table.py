@@ -12,7 +12,7 @@ that shapes training is :func:`drop_by_missingness` on the *training* patients (
 
 from __future__ import annotations
 
-import re
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,16 +41,17 @@ class EHRTable:
     decisions: dict = field(default_factory=dict)
 
 
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")  # what an attribute name looks like; anything else may be a value
-
-
-def _names_for_message(names: list[str]) -> str:
-    """Attribute names safe to print: identifiers are shown, anything else (it may hold a patient's value, e.g.
-    a ';'-separated line read as one field) is only counted."""
-    shown = [n for n in names if _NAME.match(n)]
-    hidden = len(names) - len(shown)
-    return ", ".join(repr(n) for n in shown) + (f"{' and ' if shown else ''}{hidden} field(s) that are not "
-                                                "attribute names (not shown: they may hold values)" if hidden else "")
+def _names_for_message(names: list[str], known: list[str]) -> str:
+    """What may be said of unknown attribute names: how many, and which spec attributes the close ones resemble.
+    The names themselves are never printed: a misread file puts values there (a ';'-separated line read as one
+    field, a patient identifier in the first column)."""
+    close = {}
+    for name in names:
+        match = difflib.get_close_matches(name.strip().lower(), known, n=1, cutoff=0.8)
+        if match:
+            close[match[0]] = close.get(match[0], 0) + 1
+    hint = "; ".join(f"{n} resemble(s) {m!r}" for m, n in close.items())
+    return f"{len(names)} name(s) (not shown: they may hold values{'; ' + hint if hint else ''})"
 
 
 def _check_delimiter(path: Path, spec: EHRTableSpec) -> None:
@@ -102,8 +103,9 @@ def _raw_attributes(path: Path, spec: EHRTableSpec) -> pd.DataFrame:
                          f"{spec.min_rows} record(s).")
     unknown = [c for c in table.columns if c not in names]
     if unknown:
-        raise InputError(f"{spec.name}: {path} has attribute(s) {_names_for_message(unknown)} that the spec does "
-                         "not define. Add them to the spec (unit and bounds) or remove them from the file.")
+        raise InputError(f"{spec.name}: {path} has {_names_for_message(unknown, sorted(names))} that the spec does "
+                         "not define as attributes. Add them to the spec (unit and bounds), remove them from the "
+                         "file, or check its separator and orientation.")
     absent = [a for a in spec.bounds() if a not in table.columns]
     if absent:
         raise InputError(f"{spec.name}: {path} lacks the attribute(s) {absent} that the spec requires. Deliver "

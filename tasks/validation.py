@@ -194,7 +194,8 @@ def _quarantined_share(patients: pd.DataFrame, stay_level: pd.DataFrame, exclude
     limit, stays = spec.patients.max_quarantined_share, len(patients)
     if not stays or excluded <= limit * stays:
         return []
-    reason, count = stay_level["reason"].value_counts().index[0], int(stay_level["reason"].value_counts().iloc[0])
+    counts = stay_level.drop_duplicates(["icustay_id", "reason"])["reason"].value_counts()  # stays, not rows
+    reason, count = counts.index[0], int(counts.iloc[0])
     text_labels = [c for c in spec.patients.labels
                    if c in patients and not pd.api.types.is_numeric_dtype(patients[c])]
     if text_labels and "label" in reason:

@@ -79,3 +79,35 @@ def test_quick_commands_start_no_prefect_server(tmp_path, small_extract):
         assert out.returncode == 0, out.stderr[-2000:]
         assert "temporary server" not in out.stderr.lower(), command
     assert not (tmp_path / "prefect" / "prefect.db").exists()
+
+
+def _processes_with(text: str) -> list[int]:
+    """Living processes whose environment mentions ``text`` (this test's PREFECT_HOME)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_server_that_never_starts_is_retried_once_and_leaves_no_process(tmp_path, small_extract):
+    """Start-up timeout 0: both attempts fail at once; the message names PREFECT_API_URL, and neither
+    half-started server survives, even without the console's watchdog (main() called from Python)."""
+    home = str(tmp_path / "prefect-never")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env |= {"PREFECT_HOME": home, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0"}
+    code = (f"import sys; from privehr.cli import main; sys.exit(main(['validate', {str(small_extract)!r}, "
+            f"'--artifacts-dir', {str(tmp_path / 'a')!r}]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 2 and "PREFECT_API_URL" in out.stderr and "trying once more" in out.stderr
+    assert "Traceback" not in out.stderr
+    deadline = time.monotonic() + 15
+    while _processes_with(home) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _processes_with(home), [_cmdline(p) for p in _processes_with(home)]

@@ -72,3 +72,15 @@ def test_ehr_simulator_matches_table_1_missingness():
     assert t.isna().all(axis=1).sum() == 2
     for name, (lo, hi, *_rest) in HARROD_TABLE1.items():
         assert t[name].dropna().between(lo - 0.05, hi + 0.05).all()
+
+
+def test_tidy_writes_float_ids_as_integers_and_never_rewrites_text_ids():
+    import pandas as pd
+
+    from models.quarantine import tidy
+
+    floats = pd.DataFrame({"reason": ["r", "r", "s"], "icustay_id": [10005.0, 10005.0, None],
+                           "column": ["", "", ""], "value": [None, None, None]})
+    assert tidy(floats)["icustay_id"].tolist() == [10005, pd.NA] and list(tidy(floats).columns)[0] == "icustay_id"
+    text = pd.DataFrame({"patient_id": ["000123", "1e3", "1000"], "column": "", "value": None, "reason": "r"})
+    assert tidy(text)["patient_id"].tolist() == ["000123", "1e3", "1000"]

@@ -66,8 +66,10 @@ def test_unknown_and_absent_attributes(demo, tmp_path):
     lines = demo.read_text().splitlines()
     unknown = tmp_path / "unknown.csv"
     unknown.write_text("\n".join(lines + ["shoe_size" + ",42" * 84]) + "\n")
-    with pytest.raises(InputError, match=r"attribute\(s\) 'shoe_size' that the spec does not define"):
+    with pytest.raises(InputError, match=r"has 1 name\(s\) \(not shown: they may hold values\) that the spec does "
+                                         r"not define") as err:
         read_ehr_table(unknown, SPEC)
+    assert "shoe_size" not in str(err.value)
     absent = tmp_path / "absent.csv"
     absent.write_text("\n".join(l for l in lines if not l.startswith("lvef,")) + "\n")
     with pytest.raises(InputError, match=r"lacks the attribute\(s\) \['lvef'\]"):
@@ -132,13 +134,17 @@ def test_a_semicolon_file_with_decimal_commas_is_named_as_such_and_no_value_is_e
     assert _sha(semi) == before
 
 
-def test_unknown_fields_that_may_hold_values_are_counted_not_shown(demo, tmp_path):
+def test_unknown_names_are_counted_never_shown_and_close_ones_point_at_the_spec(demo, tmp_path):
+    """A patient identifier or a value read as an attribute name never reaches the message; a typo of a spec
+    attribute is named by the attribute it resembles."""
     lines = demo.read_text().splitlines()
     odd = tmp_path / "odd.csv"
-    odd.write_text("\n".join(lines + ["heart rate;173.2468" + ",42" * 84, "shoe_size" + ",42" * 84]) + "\n")
-    with pytest.raises(InputError, match=r"'shoe_size' and 1 field\(s\) that are not attribute names") as err:
+    odd.write_text("\n".join(lines + ["heart rate;173.2468" + ",42" * 84, "MRN00417" + ",42" * 84,
+                                      "Heart_Rate_2" + ",42" * 84]) + "\n")
+    with pytest.raises(InputError, match=r"has 3 name\(s\) \(not shown: they may hold values; 1 resemble\(s\) "
+                                         r"'heart_rate2'\)") as err:
         read_ehr_table(odd, SPEC)
-    assert "173.2468" not in str(err.value)
+    assert "173.2468" not in str(err.value) and "MRN" not in str(err.value) and "Heart_Rate_2" not in str(err.value)
 
 
 def test_a_patient_delivered_twice_is_quarantined_not_counted_twice(demo, tmp_path):
