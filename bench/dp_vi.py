@@ -14,8 +14,9 @@ private patients; eq. 12 read with exp(beta3 w3), see models/repeated_measures.p
   synthetic tables, NF-VI on each, posteriors pooled,
 
 each as mean (SD over runs) of the posterior mean, SD and correlations of beta, with epsilon by PRV and RDP at
-delta 1e-5, wall time per column, and the check that the DP-NF-VI posterior means at mu = 6.68 are within the
-paper's reported spread of the truth. Settings as the paper: MADE 1 x 10 hidden, m = 1000 draws, q = 500/6000,
+delta 1e-5, wall time per column, and the checks of the DP-NF-VI posterior means at mu = 6.68 against the truth
+(within the posterior SD the paper reports there; and, strictly, within the paper's own distance plus twice its
+run-to-run SD, which the exact posterior of a given simulated dataset may itself miss). Settings as the paper: MADE 1 x 10 hidden, m = 1000 draws, q = 500/6000,
 lr 0.01 decaying by 0.999 per step, T = 8000, C = 10, RMSprop (privehr.inference_config.VIConfig). Differences:
 no batch norm (an elementwise affine instead), the DP-NF density has 2 MADE blocks of 16 hidden units and uses
 Adam (lr 0.01).
@@ -74,9 +75,30 @@ PAPER = {
 
 
 def within_paper_spread(ours: list[float], mu: str) -> list[bool]:
-    """|our mean - truth| <= |paper's mean - truth| + 2 x the paper's SD over runs (Table 6 at ``mu``)."""
+    """Strict reading: |our mean - truth| <= |paper's mean - truth| + 2 x the paper's SD over runs (Table 6)."""
     paper = PAPER["table6"][mu]["mean"]
     return [abs(o - t) <= abs(p[0] - t) + 2 * p[1] for o, t, p in zip(ours, TRUE_BETA, paper)]
+
+
+def within_paper_posterior_sd(ours: list[float], mu: str) -> list[bool]:
+    """|our mean - truth| <= the posterior SD the paper reports for DP-NF-VI at ``mu`` (Table 6)."""
+    return [abs(o - t) <= sd[0] for o, t, sd in zip(ours, TRUE_BETA, PAPER["table6"][mu]["sd"])]
+
+
+def checks(result: dict, mu: str = "6.68") -> dict:
+    """The DP-NF-VI means at ``mu`` against the truth, by both readings of "within the paper's spread", with the
+    exact posterior's own result under the strict one (a method cannot be closer to the truth than the data allow)."""
+    column = result["columns"].get(f"table6/free_energy/mu{mu}")
+    if column is None:
+        return {}
+    ours = column["runs"]["mean"]["mean"]
+    out = {"within_paper_posterior_sd": within_paper_posterior_sd(ours, mu),
+           "within_paper_run_spread": within_paper_spread(ours, mu)}
+    if "exact" in result["columns"]:
+        exact = result["columns"]["exact"]["summary"]
+        out["exact_within_paper_run_spread"] = within_paper_spread(exact["mean"], mu)
+        out["distance_to_exact_in_exact_sds"] = [(o - e) / s for o, e, s in zip(ours, exact["mean"], exact["sd"])]
+    return out
 
 
 def _fmt(runs: dict | None, key: str, index, digits: int = 3) -> str:
@@ -167,6 +189,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.markdown:
         print(markdown(args.markdown))
+        for path in args.markdown:
+            found = checks(json.loads(Path(path).read_text()))
+            if found:
+                print(f"\n{path}: " + json.dumps(found))
         return
 
     device = resolve_device(args.device)
@@ -225,14 +251,11 @@ def main() -> None:
                                                          "epsilon_prv": dplan.spend.epsilon_prv,
                                                          "epsilon_rdp": dplan.spend.epsilon_rdp},
                                              "seconds": time.perf_counter() - start})
-    key = f"table6/free_energy/mu{6.68:g}"
-    if key in columns:
-        result["means_within_paper_spread_at_mu6.68"] = within_paper_spread(columns[key]["runs"]["mean"]["mean"],
-                                                                            "6.68")
+    result["checks_at_mu6.68"] = checks(result)
     out = args.out or ROOT / "bench" / "results" / f"dp_vi_{device.type}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    print(json.dumps({"written": str(out), "check": result.get("means_within_paper_spread_at_mu6.68")}))
+    print(json.dumps({"written": str(out), "checks_at_mu6.68": result["checks_at_mu6.68"]}))
 
 
 if __name__ == "__main__":
