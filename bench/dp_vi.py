@@ -42,7 +42,9 @@ from models.private_inference import FlowShape, private_posterior, synthetic_pos
 from models.repeated_measures import TRUE_BETA, NonlinearRepeatedMeasures, simulate_repeated_measures  # noqa: E402
 from models.run_summary import summarise_runs  # noqa: E402
 from privehr.inference_config import InferenceConfig  # noqa: E402
-from tasks.private_inference import density_hyperparameters, density_plan, vi_hyperparameters, vi_plan  # noqa: E402
+from tasks.private_inference import mu_plan, vi_hyperparameters  # noqa: E402
+from tasks.inference_report import format_cell, versus_exact  # noqa: E402
+from tasks.synthesis import density_hyperparameters  # noqa: E402
 
 # seed 002: Table 6 (DP-NF-VI) and Table 7 (VI on DP synthetic data); columns: exact, NF-VI, mu 6.68 1.12 0.5 0.27;
 # each entry "mean" or (mean, SD over 5 runs)
@@ -102,12 +104,7 @@ def checks(result: dict, mu: str = "6.68") -> dict:
 
 
 def _fmt(runs: dict | None, key: str, index, digits: int = 3) -> str:
-    if runs is None:
-        return ""
-    mean, sd = runs[key]["mean"], runs[key]["sd"]
-    for i in (index if isinstance(index, tuple) else (index,)):
-        mean, sd = mean[i], sd[i]
-    return f"{mean:.{digits}f} ({sd:.{digits}f})"
+    return "" if runs is None else format_cell(runs, key, index, digits)
 
 
 def _paper(table: str, mu: str, key: str, i: int) -> str:
@@ -138,14 +135,14 @@ def markdown(paths: list[Path]) -> str:
         lines = [f"**{title}**, mean (SD over runs):", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for key, label in (("mean", "mean"), ("sd", "SD")):
             for i in range(5):
-                ours = [_fmt(exact_runs, key, i, 4).split(" ")[0], _fmt(nf, key, i)]
+                ours = [_fmt(exact_runs, key, i, 4), _fmt(nf, key, i)]
                 ours += [_fmt(columns[k]["runs"], key, i) if k in columns else "" for k in keys]
                 lines.append(f"| beta{i} {label}, privehr | " + " | ".join(ours) + " |")
                 if table:
                     paper = [f"{PAPER['exact'][key][i]:.3f}", f"{PAPER['nf_vi'][key][i]:.3f}"]
                     paper += [_paper(table, f"{mu:g}", key, i) for mu in mus if f"{mu:g}" in PAPER[table]]
                     lines.append(f"| beta{i} {label}, seed 002 | " + " | ".join(paper) + " |")
-        corr = [_fmt(exact_runs, "correlation", (0, 3)).split(" ")[0], _fmt(nf, "correlation", (0, 3))]
+        corr = [_fmt(exact_runs, "correlation", (0, 3)), _fmt(nf, "correlation", (0, 3))]
         corr += [_fmt(columns[k]["runs"], "correlation", (0, 3)) if k in columns else "" for k in keys]
         lines.append("| corr(beta0, beta3), privehr | " + " | ".join(corr) + " |")
         if table:
@@ -154,18 +151,11 @@ def markdown(paths: list[Path]) -> str:
                 [f"{pc['exact']:.3f}", f"{pc['nf_vi']:.3f}"] + [f"{pc[table][f'{mu:g}']:.3f}" for mu in mus
                                                                if f"{mu:g}" in pc[table]]) + " |")
         if exact:
-            rmse = [_corr_rmse(columns[k]["runs"], exact) if k in columns else "" for k in ["nf_vi"] + keys]
+            rmse = [f"{versus_exact(columns[k]['runs'], exact_runs)['correlation_rmse']:.3f}" if k in columns else ""
+                    for k in ["nf_vi"] + keys]
             lines.append("| correlation RMSE vs exact, privehr | | " + " | ".join(rmse) + " |")
         out.append("\n".join(lines))
     return "\n\n".join(out)
-
-
-def _corr_rmse(runs: dict, exact: dict) -> str:
-    import numpy as np
-
-    corr, ref = np.array(runs["correlation"]["mean"]), np.array(exact["correlation"])
-    upper = np.triu_indices(len(corr), 1)
-    return f"{float(np.sqrt(np.mean((corr[upper] - ref[upper]) ** 2))):.3f}"
 
 
 def main() -> None:
@@ -229,7 +219,7 @@ def main() -> None:
         fits = [private_posterior(likelihood, records, hp, shape, None, seed=r) for r in range(args.runs)]
         timed("nf_vi", fits, {"seconds": time.perf_counter() - start})
     for mu in args.mus:
-        plan = vi_plan(vi_settings, n, mu, delta)
+        plan = mu_plan(vi_settings, n, mu, delta)
         privacy = {"mu": mu, "noise_multiplier": plan.noise_multiplier, "epsilon_prv": plan.spend.epsilon_prv,
                    "epsilon_rdp": plan.spend.epsilon_rdp, "epsilon_pld": plan.spend.epsilon_pld}
         if "table6" in args.routes:
@@ -242,7 +232,7 @@ def main() -> None:
                                                         "seconds": time.perf_counter() - start})
         if "table7" in args.routes:
             start = time.perf_counter()
-            dplan = density_plan(density_settings, n, mu, delta)
+            dplan = mu_plan(density_settings, n, mu, delta)
             density = density_hyperparameters(density_settings, n, 0)
             vi = vi_hyperparameters(vi_settings.model_copy(update={"steps": args.synthetic_vi_steps}), n)
             fits = [synthetic_posterior(likelihood, records, density, density_shape, dplan, vi, shape, args.datasets,

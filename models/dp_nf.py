@@ -35,7 +35,8 @@ from torch.utils.data import DataLoader, TensorDataset
 import models.grad_samplers  # noqa: F401  (registers the MaskedLinear rule for the Opacus paths)
 from models.dp_sgd import check_accounted, endless, make_private_poisson
 from models.masked_clipping import clipped_gradient_sum
-from models.randomness import NoiseSource, gaussian_noise
+from models.noisy_step import poisson_batch, set_noised_gradients
+from models.randomness import NoiseSource
 from models.release_plan import ReleasePlan
 from models.step_history import run_steps
 
@@ -92,13 +93,10 @@ def _masked_steps(flow, x, optimizer, plan: ReleasePlan, noise: NoiseSource):
     """DP-SGD by ghost clipping (:mod:`models.masked_clipping`): Poisson batches, clipped sum, N(0, sigma^2 C^2)."""
     sampler = noise.torch_generator("sampling")
     generator = noise.torch_generator("noise", x.device)
-    expected = plan.sample_rate * len(x)
-    std = plan.noise_multiplier * plan.max_grad_norm
     while True:
-        xb = x[(torch.rand(len(x), generator=sampler) < plan.sample_rate).to(x.device)]
+        xb = poisson_batch(x, plan, sampler)
         losses, _, sums = clipped_gradient_sum(flow, _nll, xb, plan.max_grad_norm)
-        for p, total in sums.items():
-            p.grad = (total + gaussian_noise(total.shape, std, generator, total.device, total.dtype)) / expected
+        set_noised_gradients(sums, plan, generator)
         optimizer.step()
         yield float(losses.mean()) if len(xb) else 0.0, len(xb)
 

@@ -45,7 +45,8 @@ from torch import nn
 from torch.func import functional_call, jacrev, vmap
 
 from models.likelihood import Likelihood
-from models.randomness import NoiseSource, gaussian_noise
+from models.noisy_step import poisson_batch, set_noised_gradients
+from models.randomness import NoiseSource
 from models.release_plan import ReleasePlan
 from models.step_history import run_steps
 
@@ -97,15 +98,14 @@ def per_record_gradients(flow: nn.Module, likelihood: Likelihood, records: torch
 
     def shared(p):
         theta, log_q = functional_call(flow, p, (z,))
-        return (log_q - likelihood.log_prior(theta)).mean() / n, theta
+        term = (log_q - likelihood.log_prior(theta)).mean() / n
+        return term, (theta.detach(), term.detach())
 
-    (shared_grad, theta) = torch.func.grad(shared, has_aux=True)(params)
-    theta = theta.detach()
+    shared_grad, (theta, shared_term) = torch.func.grad(shared, has_aux=True)(params)
     with torch.no_grad():
-        log_q = functional_call(flow, params, (z,))[1]
         loglik = likelihood.log_likelihood(theta, records)              # (b, m)
     scores = likelihood.score(theta, records)                          # (b, m, d)
-    losses = (log_q - likelihood.log_prior(theta)).mean() / n - temperature * loglik.mean(1)
+    losses = shared_term - temperature * loglik.mean(1)
     weights = scores.reshape(len(records), m * scores.shape[-1]) * (-temperature / m)    # (b, m d); b may be 0
     grads = {k: (weights @ j.reshape(m * j.shape[1], -1)).reshape(len(records), *j.shape[2:]) + shared_grad[k]
              for k, j in jac.items()}
@@ -135,15 +135,13 @@ def _dp_steps(flow, likelihood, records, hp, plan: ReleasePlan, noise: NoiseSour
     sampler = noise.torch_generator("sampling")
     draws = noise.torch_generator("draws", device)
     generator = noise.torch_generator("noise", device)
-    n, expected, std = len(records), plan.sample_rate * len(records), plan.noise_multiplier * plan.max_grad_norm
     named = _trainable(flow)
     while True:
-        batch = records[(torch.rand(n, generator=sampler) < plan.sample_rate).to(device)]
+        batch = poisson_batch(records, plan, sampler)
         z = torch.randn(hp.draws, flow.dim, generator=draws, device=device, dtype=records.dtype)
-        losses, grads = per_record_gradients(flow, likelihood, batch, z, n, hp.temperature)
+        losses, grads = per_record_gradients(flow, likelihood, batch, z, plan.n, hp.temperature)
         sums, _ = _clipped_sum(grads, plan.max_grad_norm)
-        for k, p in named.items():
-            p.grad = (sums[k] + gaussian_noise(p.shape, std, generator, device, p.dtype)) / expected
+        set_noised_gradients({p: sums[k] for k, p in named.items()}, plan, generator)
         optimizer.step()
         scheduler.step()
         yield float(losses.mean()) if len(batch) else 0.0, len(batch)

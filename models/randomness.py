@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["NoiseSource", "gaussian_noise", "SEED_BITS"]
+__all__ = ["NoiseSource", "gaussian_noise", "public_seed", "SEED_BITS"]
 
 SEED_BITS = 64  # bits of OS entropy per generator (torch seeds are 64-bit)
 
@@ -104,6 +104,16 @@ class NoiseSource:
 
     def __repr__(self) -> str:  # never print a key into a log line
         return f"NoiseSource({self.kind})"
+
+
+def public_seed(name: str) -> int:
+    """A seed for what is *not* DP randomness (initial weights, sampling a released flow): distinct per ``name``,
+    public by design (anyone with the code and the name can recompute it).
+
+    >>> public_seed("job-1") == public_seed("job-1") != public_seed("job-2")
+    True
+    """
+    return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)
 
 
 def gaussian_noise(shape, std: float, generator: torch.Generator, device=None, dtype=torch.float32) -> torch.Tensor:

@@ -27,7 +27,7 @@ from privehr.strict_json import strict_dumps  # noqa: E402
 from tasks.private_inference import EXACT_KEY, inference_likelihood  # noqa: E402
 from tasks.run_logging import in_prefect_run  # noqa: E402
 
-__all__ = ["write_inference_report", "inference_columns", "route_table"]
+__all__ = ["write_inference_report", "inference_columns", "route_table", "format_cell", "versus_exact"]
 
 ROUTE_TITLES = {"dp_nf_vi/free_energy": "DP-NF-VI, free-energy loss (Algorithm 2; seed 002 Table 6)",
                 "dp_nf_vi/tempered": "DP-NF-VI, tempered free energy (the alternative loss)",
@@ -67,11 +67,11 @@ def inference_columns(paths: list[str]) -> dict[str, dict]:
     if exact is not None:
         truth = exact["runs"]
         for column in columns.values():
-            column["vs_exact"] = _versus(column["runs"], truth)
+            column["vs_exact"] = versus_exact(column["runs"], truth)
     return columns
 
 
-def _versus(runs: dict, exact: dict) -> dict:
+def versus_exact(runs: dict, exact: dict) -> dict:
     """How far a column's (run-averaged) posterior is from the exact one: correlation RMSE and SD ratio."""
     corr, ref = np.array(runs["correlation"]["mean"]), np.array(exact["correlation"]["mean"])
     upper = np.triu_indices(len(corr), 1)
@@ -81,7 +81,7 @@ def _versus(runs: dict, exact: dict) -> dict:
             "sd_ratio": sd_ratio.tolist(), "mean_error_in_exact_sds": mean_error.tolist()}
 
 
-def _cell(runs: dict, key: str, index, digits: int = 4) -> str:
+def format_cell(runs: dict, key: str, index, digits: int = 4) -> str:
     mean, sd = runs[key]["mean"], runs[key]["sd"]
     for i in (index if isinstance(index, tuple) else (index,)):
         mean, sd = mean[i], sd[i]
@@ -109,10 +109,10 @@ def route_table(columns: dict, route: str, names: tuple[str, ...], mus: list[flo
     for block, key in (("Posterior mean", "mean"), ("Posterior SD", "sd")):
         lines.append(f"| **{block}** |" + " |" * len(keys))
         for i, name in enumerate(names):
-            lines.append(f"| {name} | " + " | ".join(_cell(runs[k], key, i) for k in keys) + " |")
+            lines.append(f"| {name} | " + " | ".join(format_cell(runs[k], key, i) for k in keys) + " |")
     lines.append("| **Posterior correlation** |" + " |" * len(keys))
     for i, j in combinations(range(len(names)), 2):
-        lines.append(f"| {names[i]}, {names[j]} | " + " | ".join(_cell(runs[k], "correlation", (i, j)) for k in keys)
+        lines.append(f"| {names[i]}, {names[j]} | " + " | ".join(format_cell(runs[k], "correlation", (i, j)) for k in keys)
                      + " |")
     if "exact" in columns:
         lines.append("| correlation RMSE vs exact | " + " | ".join(

@@ -19,13 +19,12 @@ import torch
 from prefect import task
 
 from models.device import resolve_device
-from models.dp_nf import DensityHyperparameters
 from models.dp_vi import VIHyperparameters
 from models.likelihood import Likelihood, get_likelihood
 from models.posterior_reference import reference_posterior
 from models.privacy_ledger import LedgerEntry, dataset_id_of
 from models.private_inference import FlowShape, private_posterior, synthetic_posterior
-from models.randomness import NoiseSource
+from models.randomness import NoiseSource, public_seed
 from models.release_plan import ReleasePlan, rate_batch
 from privehr.config import DPNFConfig
 from privehr.errors import InputError
@@ -36,9 +35,10 @@ from tasks.privacy_ledger import Ledger, record_release
 from tasks.release_budget import check_delta, reserve_planned
 from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import run_logger
+from tasks.synthesis import density_hyperparameters
 
 __all__ = ["inference_likelihood", "prepare_records", "check_inference_budget", "exact_posterior", "fit_posterior",
-           "vi_hyperparameters", "vi_plan", "density_plan", "density_hyperparameters", "POSTERIORS", "EXACT_KEY",
+           "vi_hyperparameters", "mu_plan", "POSTERIORS", "EXACT_KEY",
            "result_path"]
 
 POSTERIORS = "posteriors"
@@ -130,27 +130,18 @@ def vi_hyperparameters(vi: VIConfig, n: int, temperature: float = 1.0, seed: int
                              temperature=temperature, seed=seed)
 
 
-def vi_plan(vi: VIConfig, n: int, mu: float, delta: float) -> ReleasePlan:
-    return ReleasePlan.for_steps(n, vi.sample_rate, vi.steps, kind="mu", value=mu, delta=delta,
-                                 max_grad_norm=vi.max_grad_norm)
-
-
-def density_plan(density: DPNFConfig, n: int, mu: float, delta: float) -> ReleasePlan:
-    return ReleasePlan.for_steps(n, density.sample_rate, density.steps, kind="mu", value=mu, delta=delta,
-                                 max_grad_norm=density.max_grad_norm)
-
-
-def density_hyperparameters(density: DPNFConfig, n: int, seed: int) -> DensityHyperparameters:
-    return DensityHyperparameters(learning_rate=density.learning_rate, batch_size=rate_batch(n, density.sample_rate),
-                                  steps=density.steps, seed=seed)
+def mu_plan(settings: VIConfig | DPNFConfig, n: int, mu: float, delta: float) -> ReleasePlan:
+    """The plan of one release trained by ``settings`` (T steps at rate q, clipped to C) at a mu-GDP budget."""
+    return ReleasePlan.for_steps(n, settings.sample_rate, settings.steps, kind="mu", value=mu, delta=delta,
+                                 max_grad_norm=settings.max_grad_norm)
 
 
 def _planned_entry(job: dict, config: InferenceConfig, n: int, kind: str) -> LedgerEntry:
     if job["route"] == "nf_vi":
         return LedgerEntry("", "", "non_private", what="NF-VI posterior")
     if job["route"] == "dp_nf_vi":
-        return vi_plan(config.vi, n, job["mu"], config.privacy.delta).ledger_entry(kind, "DP-NF-VI posterior")
-    return density_plan(config.synthetic.density, n, job["mu"], config.privacy.delta).ledger_entry(
+        return mu_plan(config.vi, n, job["mu"], config.privacy.delta).ledger_entry(kind, "DP-NF-VI posterior")
+    return mu_plan(config.synthetic.density, n, job["mu"], config.privacy.delta).ledger_entry(
         kind, "DP-NF of the records (VI on synthetic data)")
 
 
@@ -212,11 +203,6 @@ def _resample_reference(likelihood: Likelihood, reference, generator: torch.Gene
     return (mean + torch.randn(KEPT_DRAWS, likelihood.dim, generator=generator, dtype=torch.float64) @ chol.T).float()
 
 
-def _job_seed(job_id: str) -> int:
-    """Initial weights and post-processing draws: public, distinct per job (not DP randomness)."""
-    return int(hashlib.sha256(job_id.encode()).hexdigest()[:8], 16)
-
-
 @task(name="fit-posterior")
 def fit_posterior(run_dir: str, job: dict, config: InferenceConfig, reservation: str | None,
                   device: str = "auto") -> str:
@@ -231,7 +217,7 @@ def fit_posterior(run_dir: str, job: dict, config: InferenceConfig, reservation:
     start = time.perf_counter()
     likelihood = inference_likelihood(config)
     records = _records(run_dir, resolve_device(device))
-    n, seed, delta = len(records), _job_seed(job["job_id"]), config.privacy.delta
+    n, seed, delta = len(records), public_seed(job["job_id"]), config.privacy.delta
     shape = FlowShape(config.vi.blocks, config.vi.hidden_size, config.vi.hidden_layers)
     noise = NoiseSource.for_release(config.privacy.reproducible_noise, job["job_id"])
     tau = config.temperature if job["loss"] == "tempered" else 1.0
@@ -241,13 +227,13 @@ def fit_posterior(run_dir: str, job: dict, config: InferenceConfig, reservation:
                                 seed=seed, summary_draws=config.summary_draws)
         entry = LedgerEntry("", "", "non_private", what="NF-VI posterior")
     elif job["route"] == "dp_nf_vi":
-        plan = vi_plan(config.vi, n, job["mu"], delta)
+        plan = mu_plan(config.vi, n, job["mu"], delta)
         fit = private_posterior(likelihood, records, vi_hyperparameters(config.vi, n, tau, seed), shape, plan, noise,
                                 seed=seed, summary_draws=config.summary_draws)
         entry = plan.ledger_entry(noise.guarantee, "DP-NF-VI posterior")
     else:
         density = config.synthetic.density
-        plan = density_plan(density, n, job["mu"], delta)
+        plan = mu_plan(density, n, job["mu"], delta)
         fit = synthetic_posterior(likelihood, records, density_hyperparameters(density, n, seed),
                                   FlowShape(density.blocks, density.hidden_size, density.hidden_layers), plan,
                                   vi_hyperparameters(config.vi, n, seed=seed), shape, config.synthetic.datasets, n,

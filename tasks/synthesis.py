@@ -16,7 +16,6 @@ Layout in the run directory (``job`` = ``imp<i>-<budget>-run<r>``):
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -32,10 +31,10 @@ from models.dp_nf import DensityHyperparameters, mean_log_likelihood, train_dens
 from models.maf import MAF
 from models.noisy_count import noisy_count
 from models.privacy_ledger import GUARANTEES, LedgerEntry
-from models.randomness import NoiseSource
+from models.randomness import NoiseSource, public_seed
 from models.release_plan import ReleasePlan, rate_batch
 from models.table_scaling import AffineScaling
-from privehr.config import Budget, SynthesisConfig
+from privehr.config import Budget, DPNFConfig, SynthesisConfig
 from privehr.specs import load_ehr_spec
 from tasks.compute import share_cores
 from privehr.strict_json import strict_dumps
@@ -44,8 +43,8 @@ from tasks.progress import progress_artifact
 from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import run_logger
 
-__all__ = ["synthesize", "imputed_tables", "release_patient_count", "synthesis_plan", "synthetic_rows", "COUNT_KEY",
-           "needs_noisy_count"]
+__all__ = ["synthesize", "imputed_tables", "release_patient_count", "synthesis_plan", "density_hyperparameters",
+           "synthetic_rows", "COUNT_KEY", "needs_noisy_count"]
 
 COUNT_KEY = "patient-count"  # the reservation of the noisy patient count
 
@@ -62,7 +61,13 @@ def imputed_tables(run_dir: str | Path, imputation: int) -> tuple[pd.DataFrame, 
 def _seed(job: dict) -> int:
     """The job's seed for initialisation and for sampling tables from the released flow (public: neither is
     DP randomness); distinct for every (imputation, budget, run)."""
-    return int(hashlib.sha256(job["job_id"].encode()).hexdigest()[:8], 16)
+    return public_seed(job["job_id"])
+
+
+def density_hyperparameters(nf: DPNFConfig, n: int, seed: int) -> DensityHyperparameters:
+    """DP-NF's optimiser settings; the non-private flow's minibatch is the plans' expected batch b."""
+    return DensityHyperparameters(learning_rate=nf.learning_rate, batch_size=rate_batch(n, nf.sample_rate),
+                                  steps=nf.steps, seed=seed)
 
 
 def synthesis_plan(config: SynthesisConfig, budget: Budget, n: int) -> ReleasePlan | None:
@@ -134,8 +139,7 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: st
     plan = synthesis_plan(config, budget, len(x))
     seed = _seed(job)
     flow = seeded_build(lambda: MAF(len(attributes), nf.blocks, nf.hidden_size, nf.hidden_layers), seed).to(target)
-    hp = DensityHyperparameters(learning_rate=nf.learning_rate, batch_size=rate_batch(len(x), nf.sample_rate),
-                                steps=nf.steps, seed=seed)  # the non-private flow's minibatch: the plans' b
+    hp = density_hyperparameters(nf, len(x), seed)
     noise = NoiseSource.for_release(config.privacy.reproducible_noise, job["job_id"])
     release = train_density(flow, x, hp, plan, noise,
                             progress=progress_artifact(f"DP-NF {job['job_id']}: DP-SGD steps"))

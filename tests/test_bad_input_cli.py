@@ -95,7 +95,7 @@ CASES = ["semicolon", "text_labels", "short_stays", "patient_twice", "derived_so
 def test_bad_input_is_one_message_and_leaks_nothing(case, tmp_path):
     argv, raw, status, words = _cases(tmp_path)[case]
     before = hashlib.sha256(raw.read_bytes()).hexdigest() if raw else None
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}  # its own temporary server
     env |= {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     argv = [a.replace("{input}", str(raw)) for a in argv] + ["--json"]
     if "--artifacts-dir" not in argv:

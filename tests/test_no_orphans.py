@@ -15,6 +15,12 @@ from privehr.watchdog import _alive, descendants
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="the watchdog reads /proc (Linux)")
 
 
+def own_prefect_env(home: str, **extra: str) -> dict:
+    """The environment of a console command with its own Prefect home (its own temporary server), no API URL."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    return env | {"PREFECT_HOME": home, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **extra}
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -23,8 +29,7 @@ def _cmdline(pid: int) -> str:
 
 
 def test_sigkill_of_privehr_run_mid_grid_leaves_no_uvicorn_and_no_privehr_process(tmp_path, small_extract):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env |= {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = own_prefect_env(str(tmp_path / "prefect"))
     argv = [sys.executable, "-m", "privehr", "run", "--data", str(small_extract), "--no-synthesis", "--no-dvc",
             "--artifacts-dir", str(tmp_path / "artifacts"), "--run-id", "k"]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -53,8 +58,7 @@ def test_sigkill_of_privehr_run_mid_grid_leaves_no_uvicorn_and_no_privehr_proces
 def test_validate_on_a_loaded_machine_completes_or_says_why_in_one_line(tmp_path, small_extract):
     """CPU hogs on every core: the temporary server may start slowly; the command still validates (0, or 1 for a
     failed delivery) or ends with one message (2), never a traceback."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env |= {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = own_prefect_env(str(tmp_path / "prefect"))
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
     try:
         out = subprocess.run([sys.executable, "-m", "privehr", "validate", str(small_extract), "--json",
@@ -69,8 +73,7 @@ def test_validate_on_a_loaded_machine_completes_or_says_why_in_one_line(tmp_path
 
 
 def test_quick_commands_start_no_prefect_server(tmp_path, small_extract):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env |= {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = own_prefect_env(str(tmp_path / "prefect"))
     commands = [["inspect", str(small_extract)], ["config"], ["privacy", "ledger", "--ledger", str(tmp_path / "l")],
                 ["privacy", "convert", "--sigma", "1", "--sample-rate", "0.01", "--steps", "100"]]
     for command in commands:
@@ -98,9 +101,7 @@ def test_a_server_that_never_starts_is_retried_once_and_leaves_no_process(tmp_pa
     """Start-up timeout 0: both attempts fail at once; the message names PREFECT_API_URL, and neither
     half-started server survives, even without the console's watchdog (main() called from Python)."""
     home = str(tmp_path / "prefect-never")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env |= {"PREFECT_HOME": home, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0"}
+    env = own_prefect_env(home, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="0")
     code = (f"import sys; from privehr.cli import main; sys.exit(main(['validate', {str(small_extract)!r}, "
             f"'--artifacts-dir', {str(tmp_path / 'a')!r}]))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
