@@ -19,7 +19,11 @@ def test_audit_flow_reports_attacks_and_bounds(tmp_path, small_extract):
     cohort = build_cohort.fn(str(small_extract), run_dir)
     build_features.fn(cohort, split_cohort.fn(cohort, SplitConfig(), run_dir), run_dir)
     ledger = tmp_path / "ledger.jsonl"
-    config = AuditConfig.model_validate({"run_dir": run_dir, "shadows": 6, "non_private": {"max_epochs": 15},
+    # los_3 rather than mort_icu: with few positives, memorising the training rows barely moves the
+    # confidence of the many negatives and the non-private signal is weak (online LiRA AUC ~0.55 over about
+    # 75 members); batches of 16, so that the non-private shadows take ~100 steps and do overfit
+    config = AuditConfig.model_validate({"run_dir": run_dir, "shadows": 6, "label": "los_3",
+                                         "non_private": {"max_epochs": 20, "batch_size": 16, "learning_rate": 1e-2},
                                          "dp_sgd": {"epochs": 2}, "privacy": {"ledger_path": str(ledger)}})
     report = audit(config)
     # the attack statistics come from the private training split without noise: a release without a guarantee
@@ -36,7 +40,9 @@ def test_audit_flow_reports_attacks_and_bounds(tmp_path, small_extract):
     saved = json.loads((Path(run_dir) / "audit" / "audit.json").read_text())
     assert saved == json.loads(json.dumps(report))
     assert (Path(run_dir) / "audit" / "lira_roc.png").exists()
-    # the overfit model leaks more than the DP-SGD one (population ~150, 6 shadows: a coarse check)
+    # the overfit model leaks more than the DP-SGD one (population ~150, 6 shadows: measured online AUC
+    # 0.69-0.71 against 0.51-0.52 over four runs, each median's spread about 0.03)
+    assert report["mechanisms"]["non_private"]["online"]["auc"]["median"] > 0.6
     assert report["mechanisms"]["non_private"]["online"]["auc"]["median"] > \
         report["mechanisms"]["dp_sgd"]["online"]["auc"]["median"]
 
