@@ -48,9 +48,10 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
         checks, spec = config.validation, str(config.validation.spec) if config.validation.spec else None
         report = validate_delivery(str(data.hdf5_path), run_dir, mimic_spec=spec,
                                    stop_on_critical=checks.stop_on_critical,
-                                   chunk_rows=checks.chunk_rows) if checks.enabled else None
+                                   chunk_rows=checks.chunk_rows, pages_url=config.pages.base_url) if checks.enabled \
+            else None
         cohort = build_cohort(str(data.hdf5_path), run_dir, **window, validation_report=report, mimic_spec=spec)
-        manifest = split_cohort(cohort, config.split, run_dir)
+        manifest = split_cohort(cohort, config.split, run_dir, config.labels)
         check_labels(manifest, config.labels)
         features = build_features(cohort, manifest, run_dir)
         if config.static_imputation is not None:
@@ -70,7 +71,7 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
                 for i, cell in enumerate(cells) for seed in range(training.seeds_for(cell))]
         wait(runs)  # a failed fit leaves the others to finish (and enter the ledger) before the run stops
         rows = [r.result() for r in runs]
-        summary = write_report(run_dir, rows, config.privacy)
+        summary = write_report(run_dir, rows, config.privacy, config.evaluation, config.pages)
         if config.versioning.dvc:
             summary["versioning"] = version_run(run_dir, config.versioning.push)
     return summary

@@ -28,7 +28,8 @@ def validate(config: StewardConfig = StewardConfig()) -> dict:
     reports, failed, errors = {}, [], {}
     for path in config.paths:
         state = validate_delivery(str(path), run_dir, config.ehr_spec, spec, stop_on_critical=False,
-                                  chunk_rows=config.validation.chunk_rows, return_state=True)
+                                  chunk_rows=config.validation.chunk_rows, pages_url=config.pages.base_url,
+                                  return_state=True)
         if state.is_failed():  # unreadable: the task's message names the problem and the fix
             errors[str(path)] = str(state.result(raise_on_failure=False))
             failed.append(str(path))

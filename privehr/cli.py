@@ -223,6 +223,39 @@ def _cmd_privacy_ledger(args) -> int:
     return 0
 
 
+def _cmd_serve(args) -> int:
+    import urllib.parse
+
+    from privehr.config import DEFAULT_PAGES_PORT
+    from tasks.pages import PRIVATE_PARTS, serve_artifacts
+
+    config = _config_from(args)
+    root = config.artifacts_dir
+    if not Path(root).is_dir():
+        raise InputError(f"{root} is not a directory; pass the artifacts directory (runs are artifacts/<run-id>/)")
+    default_port = urllib.parse.urlsplit(config.pages.base_url).port if config.pages.base_url else None
+    port = args.port if args.port is not None else (default_port or DEFAULT_PAGES_PORT)
+    try:
+        server = serve_artifacts(root, args.host, port)
+    except OSError as err:
+        raise InputError(f"cannot listen on {args.host}:{port} ({err.strerror}); pass another --port and set "
+                         "pages.base_url to match") from None
+    host, port = server.server_address[:2]
+    url = f"http://{host}:{port}/"
+    _emit(args, {"serving": str(Path(root).resolve()), "url": url,
+                 "not_served": sorted(PRIVATE_PARTS)},
+          f"serving {Path(root).resolve()} at {url} (reports, Data Docs; never intermediate/ or quarantine/); "
+          "Ctrl-C stops")
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 def _cmd_privacy_convert(args) -> int:
     from models.budget_conversion import convert_budget
 
@@ -369,6 +402,10 @@ def _add_release_run_options(parser: argparse.ArgumentParser, resumed: str) -> N
 
 
 def _parser() -> argparse.ArgumentParser:
+    from typing import get_args
+
+    from privehr.config import DEFAULT_PAGES_PORT, Label
+
     parser = argparse.ArgumentParser(prog="privehr", description="privehr: learning from clinical data under "
                                      "differential privacy, orchestrated by Prefect and versioned with DVC.")
     common = argparse.ArgumentParser(add_help=False)
@@ -509,8 +546,16 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("run_dir", type=Path, help="artifacts/<run-id> of a privehr-pipeline run")
     audit.add_argument("--shadows", type=int, default=16)
     audit.add_argument("--epsilon", type=float, default=1.0, help="target epsilon of the DP-SGD shadows")
-    audit.add_argument("--label", choices=("mort_icu", "los_3"), default="mort_icu")
+    audit.add_argument("--label", choices=get_args(Label), default="mort_icu")
     audit.set_defaults(func=_cmd_audit)
+
+    serve = sub.add_parser("serve", parents=[common], help="serve the artifacts directory's pages (report.html, Data "
+                           "Docs) over http, where the Prefect artifacts link them (pages.base_url)")
+    add_config_options(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: this machine only)")
+    serve.add_argument("--port", type=int, default=None,
+                       help=f"default: the port of pages.base_url ({DEFAULT_PAGES_PORT})")
+    serve.set_defaults(func=_cmd_serve)
 
     config = sub.add_parser("config", parents=[common], help="print the resolved configuration")
     add_config_options(config)

@@ -18,9 +18,10 @@ from privehr.errors import InputError
 __all__ = ["ExpMNFConfig", "DPNFConfig", "Budget", "SynthesisConfig", "DataConfig", "ValidationConfig",
            "StewardConfig", "MICEConfig", "StaticImputationConfig", "EHRPrepareConfig", "SplitConfig",
            "NonPrivateConfig", "DPSGDConfig", "GRUDConfig", "TrainingConfig",
-           "Cell", "AuditConfig", "PrivacyConfig", "VersioningConfig", "PipelineConfig", "PROFILES", "load_config"]
+           "Cell", "AuditConfig", "PrivacyConfig", "VersioningConfig", "PipelineConfig", "EvaluationConfig",
+           "PagesConfig", "DEFAULT_PAGES_PORT", "PROFILES", "load_config"]
 
-Label = Literal["mort_icu", "los_3"]
+Label = Literal["mort_hosp", "mort_icu", "los_3", "los_7"]
 Model = Literal["logistic_regression", "grud"]
 Method = Literal["non_private", "dp_sgd", "expm_nf"]
 AuditedMethod = Literal["non_private", "dp_sgd"]
@@ -68,6 +69,23 @@ class ValidationConfig(_Strict):
     chunk_rows: int = Field(65536, ge=256, description="hourly rows streamed at a time")
 
 
+DEFAULT_PAGES_PORT = 8765
+
+
+class PagesConfig(_Strict):
+    """Where the artifacts directory's pages (Data Docs, report.html) are served over http.
+
+    A browser showing the Prefect UI over http does not follow ``file://`` links, and a path means
+    nothing on another machine. ``privehr serve`` serves the artifacts directory at the default URL; a
+    static site or shared web server that publishes the artifacts directory works as well.
+    """
+
+    base_url: str | None = Field(f"http://127.0.0.1:{DEFAULT_PAGES_PORT}", pattern=r"^https?://\S+$",
+                                 description="URL at which the artifacts directory is served (privehr serve, or a "
+                                             "static site); the Prefect artifacts link pages there. None links "
+                                             "file:// paths instead")
+
+
 class StewardConfig(_Strict):
     """``privehr-validate``: validate deliveries and report, train nothing."""
 
@@ -75,6 +93,7 @@ class StewardConfig(_Strict):
                               description="all_hourly_data.h5 files and/or EHR tables (CSV)")
     ehr_spec: str = Field("harrod_ehr", description="spec (name in expectations/specs or path) of the CSV tables")
     validation: ValidationConfig = ValidationConfig()
+    pages: PagesConfig = PagesConfig()
     artifacts_dir: Path = Path("artifacts")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$")
 
@@ -341,6 +360,23 @@ class TrainingConfig(_Strict):
         return out
 
 
+class EvaluationConfig(_Strict):
+    """Test-set evaluation beyond the median AUROC: calibration, bootstrap intervals and subgroups.
+
+    None of these statistics carries a DP guarantee: they are computed on the private test split and
+    reported to the team that owns it.
+    """
+
+    bootstrap_resamples: int = Field(1000, ge=100, description="stratified bootstrap resamples of the test stays")
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="of the percentile intervals")
+    bootstrap_seed: int = Field(0, description="of the resampling (public: not a privacy mechanism)")
+    calibration_bins: int = Field(10, ge=2, description="equal-mass bins of the ECE and the reliability diagram "
+                                                        "(fewer where a bin would hold under min_group_stays)")
+    min_group_stays: int = Field(50, ge=1, description="a subgroup with fewer test stays is reported as too small, "
+                                                       "and no calibration bin is smaller")
+    min_group_per_class: int = Field(10, ge=1, description="... and one with fewer stays of either class")
+
+
 class VersioningConfig(_Strict):
     """Version each run directory with DVC (``dvc add artifacts/<run-id>``, then push)."""
 
@@ -358,9 +394,13 @@ class PipelineConfig(_Strict):
         None, description="also impute the cohort's static table with MICE (off by default)")
     synthesis: SynthesisConfig | None = Field(
         None, description="also synthesise an EHR table with DP-NF; its run goes to <run>/synthesis/")
-    labels: list[Label] = Field(default_factory=lambda: ["mort_icu", "los_3"], min_length=1)
+    labels: list[Label] = Field(default_factory=lambda: ["mort_icu", "los_3"], min_length=1, description=(
+        "MIMIC-Extract's labels of the cohort to train for: mort_hosp, mort_icu, los_3, los_7 (each adds a "
+        "grid); every run evaluates calibration, intervals and subgroups for each"))
     training: TrainingConfig = TrainingConfig()
     privacy: PrivacyConfig = PrivacyConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    pages: PagesConfig = PagesConfig()
     versioning: VersioningConfig = VersioningConfig()
     artifacts_dir: Path = Field(Path("artifacts"), description="runs go to <artifacts_dir>/<run-id>/")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$",

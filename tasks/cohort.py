@@ -50,7 +50,7 @@ def build_cohort(hdf5_path: str, run_dir: str, window_hours: int = 24, gap_hours
         masked = mask_beyond_bounds(window.mean, window.count, window.variables, bounds)
     out = Path(run_dir) / INTERMEDIATE / "cohort.npz"
     np.savez(out, mean=window.mean, count=window.count, variables=np.array(window.variables),
-             **{c: cohort.stays[c].to_numpy() for c in cohort.stays.columns})
+             **{c: _array(cohort.stays[c]) for c in cohort.stays.columns})
     summary = {"stays": int(len(cohort.stays)), "subjects": int(cohort.stays["subject_id"].nunique()),
                "variables": len(window.variables), "window_hours": window_hours,
                "label_rates": cohort.label_rates(), "exclusions": cohort.exclusions,
@@ -61,10 +61,16 @@ def build_cohort(hdf5_path: str, run_dir: str, window_hours: int = 24, gap_hours
     return str(out)
 
 
+def _array(column: pd.Series) -> np.ndarray:
+    """A column as a plain array (text as fixed-width unicode: the npz is read without pickle)."""
+    text = column.dtype == object or pd.api.types.is_string_dtype(column.dtype)
+    return column.to_numpy(dtype=str) if text else column.to_numpy()
+
+
 FIXES = {"quarantined": "see the validation report and the quarantine files",
          "duplicate_stays": "deliver each stay once",
-         "missing_labels": "deliver both labels for every stay",
-         "non_binary_labels": "deliver the labels as integers 0/1"}
+         "missing_labels": "deliver mort_icu, mort_hosp, los_icu and max_hours for every stay",
+         "non_binary_labels": "deliver mort_icu and mort_hosp as integers 0/1"}
 
 
 def _check_size(cohort, delivered: int, window_hours: int, gap_hours: int) -> None:

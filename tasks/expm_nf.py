@@ -38,10 +38,11 @@ def default_expm_hyperparameters(cell: Cell, training: TrainingConfig) -> dict:
 
 
 def fit_expm_nf(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int, eval_data,
-                out: Path | None = None, before_saving=None) -> dict:
+                out: Path | None = None, before_saving=None, on_released=None) -> dict:
     """Train the flow on ``data`` (inputs, y, n_vars, n_hours); evaluate on ``eval_data`` (inputs, y);
     save the flow and the released draw to ``out`` (the search passes None), calling ``before_saving()``
-    first (the ledger entry of the release)."""
+    first (the ledger entry of the release); ``on_released`` receives the released draw's probabilities
+    on ``eval_data``."""
     inputs, y, n_vars, n_hours = data
     template = build_classifier(cell.model, n_vars, n_hours, seed=seed, hidden_size=hp.get("hidden_size", 32)
                                 ).to(y.device)
@@ -67,6 +68,8 @@ def fit_expm_nf(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int,
     gap = fit_gap(cell.target_epsilon, utility.sensitivity, utilities, log_q)
     if before_saving is not None:
         before_saving()
+    if on_released is not None:
+        on_released(probabilities[0])
     if out is not None:
         out.with_suffix(".draws.json").write_text(json.dumps({"auroc": draws[:, 0].tolist(),
                                                              "auprc": draws[:, 1].tolist()}))

@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-__all__ = ["plot_auroc_vs_epsilon", "plot_expm_boxplots", "plot_synthesis_utility", "plot_marginals"]
+__all__ = ["plot_auroc_vs_epsilon", "plot_expm_boxplots", "plot_synthesis_utility", "plot_marginals", "plot_reliability",
+           "plot_subgroup_cost"]
 
 METHOD_LABELS = {"dp_sgd": "DP-SGD", "expm_nf": "ExpM+NF (eps~, no proven DP)"}
 
@@ -107,6 +108,70 @@ def plot_marginals(real: pd.DataFrame, synthetic: pd.DataFrame, path: Path, titl
         ax.axis("off")
     axes[0, 0].legend(fontsize=6)
     fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _eps_text(eps: float) -> str:
+    return "non-private" if not np.isfinite(eps) else f"eps {eps:g}"
+
+
+def plot_reliability(cells: list[dict], path: Path) -> Path | None:
+    """Reliability diagrams (equal-mass bins of the median-AUROC seed), one panel per (label, model)."""
+    if not cells:
+        return None
+    panels = sorted({(c["label"], c["model"]) for c in cells})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.0), squeeze=False)
+    for ax, (label, model) in zip(axes[0], panels):
+        for c in cells:
+            if (c["label"], c["model"]) != (label, model):
+                continue
+            points = c["reliability"]
+            style = "--" if c["method"] == "non_private" else "-"
+            ax.plot([p["predicted"] for p in points], [p["observed"] for p in points], style, marker=".",
+                    label=f"{METHOD_LABELS.get(c['method'], c['method'].replace('_', '-'))} ({c['loss']}), "
+                          f"{_eps_text(c['target_epsilon'])}: ECE {c['ece']:.3f}")
+        ax.plot([0, 1], [0, 1], "k:", label="perfect calibration")
+        ax.set_xlabel("mean predicted probability (bin)")
+        ax.set_ylabel("observed rate (bin)")
+        ax.set_title(f"{label}, {model.replace('_', ' ')}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_subgroup_cost(costs: list[dict], path: Path) -> Path | None:
+    """Privacy cost (non-private minus DP AUROC) per subgroup and epsilon, one panel per DP (label, model,
+    method, loss); groups too small to report are left out."""
+    rows = [r for r in costs if r["cost"] is not None]
+    if not rows:
+        return None
+    frame = pd.DataFrame(rows)
+    frame["group_name"] = frame["attribute"] + ": " + frame["group"]
+    panels = list(frame[["label", "model", "method", "loss"]].drop_duplicates().itertuples(index=False))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.4 * len(panels)), squeeze=False)
+    for ax, (label, model, method, loss) in zip(axes[:, 0], panels):
+        part = frame[(frame["label"] == label) & (frame["model"] == model) & (frame["method"] == method)
+                     & (frame["loss"] == loss)]
+        names = list(dict.fromkeys(part["group_name"]))
+        epsilons = sorted(part["target_epsilon"].unique())
+        width = 0.8 / max(len(epsilons), 1)
+        for i, eps in enumerate(epsilons):
+            at = part[part["target_epsilon"] == eps].set_index("group_name")["cost"]
+            ax.bar(np.arange(len(names)) + i * width, [at.get(n, np.nan) for n in names], width,
+                   label=_eps_text(eps))
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=30, ha="right", fontsize=7)
+        ax.set_ylabel("non-private - private AUROC")
+        ax.set_title(f"privacy cost by subgroup: {label}, {model.replace('_', ' ')}, "
+                     f"{METHOD_LABELS.get(method, method)} ({loss})", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -9,19 +9,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from prefect import task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from models.dp_utility_checks import check_dp_sgd_curves
 from models.result_summary import summarise_runs
 from models.privacy_ledger import compose_entries
-from privehr.config import Cell, PrivacyConfig
-from tasks.figures import plot_auroc_vs_epsilon, plot_expm_boxplots
+from privehr.config import Cell, EvaluationConfig, PagesConfig, PrivacyConfig
+from tasks.evaluation import TestEvaluation, calibration_bins, cell_key, evaluate_cells
+from tasks.figures import plot_auroc_vs_epsilon, plot_expm_boxplots, plot_reliability, plot_subgroup_cost
 from privehr.strict_json import strict_dumps, strict_json
+from tasks.pages import page_url
 from tasks.privacy_ledger import read_ledger, short_dataset
+from tasks.report_html import write_report_html
 from tasks.run_logging import in_prefect_run
 from tasks.synthesis_report import raw_accuracy
 
-__all__ = ["write_report", "results_table", "curve_check_lines"]
+__all__ = ["write_report", "results_table", "curve_check_lines", "evaluation_lines"]
 
 COLUMNS = ["label", "model", "method", "loss", "target_epsilon", "auroc_median", "auprc_median", "seeds",
            "epsilon_prv", "epsilon_rdp", "epsilon_pld", "guarantee", "auroc_bayes", "auroc_map", "gap_std"]
@@ -68,9 +71,11 @@ def curve_check_lines(checks: list[dict]) -> str:
     """The DP-SGD curve checks as Markdown bullets: what holds, and what is flagged."""
     if not checks:
         return ""
+    intervals = any(c.get("intervals") for c in checks)
     lines = ["DP-SGD curve checks (each epsilon's median below the non-private baseline; no step to a larger "
              "epsilon that lowers the AUROC beyond seed noise, i.e. with every seed below every seed of the smaller "
-             "epsilon):", ""]
+             "epsilon" + ("; either flag only where the test set's bootstrap interval of the difference excludes 0"
+                          if intervals else "") + "):", ""]
     for c in checks:
         curve = ", ".join("nan" if a is None else f"{a:.3f}" for a in c["auroc_medians"])
         baseline = "none" if c["non_private_baseline"] is None else f"{c['non_private_baseline']:.3f}"
@@ -83,6 +88,10 @@ def curve_check_lines(checks: list[dict]) -> str:
             below = "FLAGGED: at or above the baseline at epsilon " + ", ".join(f"{e:g}" for e in c["at_or_above_baseline"])
         else:
             below = "FLAGGED: no non-private baseline to compare with"
+        if c.get("above_baseline_within_intervals"):
+            below += ("; median at or above it at epsilon " + ", ".join(f"{e:g}" for e in c["above_baseline_within_"
+                                                                                        "intervals"])
+                      + " but within the bootstrap intervals")
         if c["decreases"]:
             drops = "FLAGGED: decrease beyond seed noise " + ", ".join(
                 f"{d['from']:g} -> {d['to']:g} ({d['auroc_from']:.3f} -> {d['auroc_to']:.3f})" for d in c["decreases"])
@@ -95,14 +104,86 @@ def curve_check_lines(checks: list[dict]) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def _validation_lines(run_dir: Path) -> str:
+def _ci(interval) -> str:
+    lo, hi = interval
+    return "" if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)) else f"[{lo:.3f}, {hi:.3f}]"
+
+
+def _eps_cell(eps) -> str:
+    return "inf" if eps is None or not np.isfinite(eps) else f"{eps:g}"
+
+
+def evaluation_lines(ev: TestEvaluation, config: EvaluationConfig) -> str:
+    """Markdown: intervals and calibration per cell, AUROC by subgroup, privacy cost by subgroup."""
+    if not ev.cells:
+        return ("Test-set evaluation: no saved test predictions" + (f" (cells {', '.join(ev.missing)})"
+                if ev.missing else "") + ".\n\n")
+    level = f"{config.confidence:.0%}"
+    head = ["label", "model", "method", "loss", "target_epsilon"]
+    lines = [f"## Uncertainty and calibration\n\nOn the test split ({ev.test_stays} stays). Intervals: {level} "
+             f"stratified bootstrap ({config.bootstrap_resamples} resamples of the test stays) of the median over "
+             "seeds, every seed scored on the same resamples; the seed range is the spread over training runs. "
+             f"Calibration: Brier score, ECE over {calibration_bins(ev.test_stays, config)} equal-mass bins (at most "
+             f"{config.calibration_bins}, each of at least {config.min_group_stays} stays), calibration slope (1 "
+             "ideal) and intercept with slope 1 (0 ideal), medians over seeds. ExpM+NF cells: the released draw. "
+             "None of these statistics carries a DP guarantee.", "",
+             "| " + " | ".join(head + ["AUROC", f"AUROC {level} CI", "seed range", f"AUPRC {level} CI", "Brier",
+                                       f"Brier {level} CI", "ECE", "slope", "intercept"]) + " |",
+             "|" + "---|" * (len(head) + 9)]
+    for key, c in sorted(ev.cells.items(), key=lambda kv: str(kv[0])):
+        lines.append("| " + " | ".join([*key[:4], _eps_cell(key[4]), f"{c['auroc_median']:.3f}", _ci(c["auroc_ci"]),
+                                        _ci(c["auroc_seed_range"]), _ci(c["auprc_ci"]), f"{c['brier']:.4f}",
+                                        _ci(c["brier_ci"]), f"{c['ece']:.3f}", _cell(c["calibration_slope"]),
+                                        _cell(c["calibration_intercept"])]) + " |")
+    if ev.missing:
+        lines += ["", "Not evaluated (no saved test predictions, e.g. a fit reused from an attempt before they "
+                      "were kept): " + ", ".join(ev.missing)]
+    groups = list(dict.fromkeys((r["attribute"], r["group"]) for r in ev.subgroups))
+    if groups:
+        names = [f"{a}: {g}" for a, g in groups]
+        value = {(cell_key(r), (r["attribute"], r["group"])): r for r in ev.subgroups}
+        lines += ["", f"## Subgroups\n\nMedian test AUROC over seeds by sex, age band and ethnicity (MIMIC-Extract's "
+                      f"`patients`). A group with fewer than {config.min_group_stays} test stays, or fewer than "
+                      f"{config.min_group_per_class} of either class, is too small and gets no number.", "",
+                  "| " + " | ".join(head + names) + " |", "|" + "---|" * (len(head) + len(names))]
+        for key in sorted(ev.cells, key=str):
+            cells = []
+            for g in groups:
+                r = value.get((key, g))
+                cells.append("" if r is None else "too small" if r["too_small"] else f"{r['auroc']:.3f}")
+            lines.append("| " + " | ".join([*key[:4], _eps_cell(key[4]), *cells]) + " |")
+        lines.append("")
+        sizes = "; ".join(
+            f"{a}: {g} {r['stays']} ({r['positives']} positive)" for (a, g) in groups
+            for r in [next((x for x in ev.subgroups if (x["attribute"], x["group"]) == (a, g)
+                            and not x["too_small"]), None)] if r is not None)
+        lines.append(f"Group sizes in the test split: {sizes} (for the first label whose group is large enough; every "
+                     "group not listed is too small for every label)." if sizes else
+                     "No group of the test split is large enough for any label.")
+    if ev.privacy_cost:
+        cost = {(cell_key(r), (r["attribute"], r["group"])): r for r in ev.privacy_cost}
+        keys = sorted({cell_key(r) for r in ev.privacy_cost}, key=str)
+        names = [f"{a}: {g}" for a, g in groups]
+        lines += ["", "## Privacy cost by subgroup\n\nThe non-private baseline's AUROC (best loss) minus the private "
+                      "cell's, per group: positive means the group lost utility to privacy (Suriyakumar et al. 2021).",
+                  "", "| " + " | ".join(head + names) + " |", "|" + "---|" * (len(head) + len(names))]
+        for key in keys:
+            cells = []
+            for g in groups:
+                r = cost.get((key, g))
+                cells.append("" if r is None else "too small" if r["cost"] is None else f"{r['cost']:+.3f}")
+            lines.append("| " + " | ".join([*key[:4], _eps_cell(key[4]), *cells]) + " |")
+    return "\n".join(lines) + "\n\n"
+
+
+def _validation_lines(run_dir: Path, pages: PagesConfig) -> str:
     lines = []
     for path in sorted((run_dir / "validation").glob("*/validation.json")):
         v = json.loads(path.read_text())
         quarantined = sum(c["rows"] for c in v["quarantine"].values())
         lines.append(f"Validation of `{Path(v['input']).name}`: {'passed' if v['passed'] else 'FAILED'}, "
                      f"{v['expectations']} expectations, {len(v['failed_warning'])} warning(s), {quarantined} "
-                     f"quarantined row(s); Data Docs `{v['data_docs']}`.")
+                     f"quarantined row(s); [Data Docs]({page_url(v['data_docs'], run_dir.parent, pages.base_url)}).")
     return "\n".join(lines) + "\n\n" if lines else ""
 
 
@@ -140,8 +221,9 @@ def _synthesis_lines(run_dir: Path) -> str:
 
 
 @task(name="report")
-def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = PrivacyConfig()) -> dict:
-    """Write results_runs.csv, results.csv, results.md, auroc_vs_epsilon.png and metrics.json."""
+def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = PrivacyConfig(),
+                 evaluation: EvaluationConfig = EvaluationConfig(), pages: PagesConfig = PagesConfig()) -> dict:
+    """Write results_runs.csv, results.csv, results.md, report.html, the figures and metrics.json."""
     run_dir = Path(run_dir)
     frame = pd.DataFrame(runs)
     frame.to_csv(run_dir / "results_runs.csv", index=False)
@@ -155,19 +237,31 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
     split = json.loads((run_dir / "split_summary.json").read_text())["counts"]
     note = PRIVACY_NOTE.format(delta=privacy.delta, reproducible=REPRODUCIBLE if privacy.reproducible_noise else "")
     ledger_text, ledger_total = ledger_lines(run_dir, privacy)
-    checks = check_dp_sgd_curves(frame) if len(frame) else []
+    ev = evaluate_cells(run_dir, runs, evaluation)
+    checks = check_dp_sgd_curves(frame, ev.auroc_replicates, evaluation.confidence) if len(frame) else []
+    evaluated = [{"label": k[0], "model": k[1], "method": k[2], "loss": k[3], "target_epsilon": k[4], **c}
+                 for k, c in sorted(ev.cells.items(), key=lambda kv: str(kv[0]))]
+    reliability = plot_reliability(evaluated, run_dir / "calibration.png")
+    subgroup_figure = plot_subgroup_cost(ev.privacy_cost, run_dir / "subgroup_privacy_cost.png")
     table = results_table(rows)
     markdown = (f"# privehr run {run_dir.name}\n\nMedian test metrics over seeds.\n\n{table}\n\n{note}\n\n"
                 f"{curve_check_lines(checks)}![AUROC vs epsilon]({figure.name})\n\n"
-                + (f"![ExpM+NF AUROC of each draw]({boxplots.name})\n\n" if boxplots else "") +
-                f"Cohort: {cohort['stays']} stays; exclusions "
+                + (f"![ExpM+NF AUROC of each draw]({boxplots.name})\n\n" if boxplots else "")
+                + evaluation_lines(ev, evaluation)
+                + (f"![Reliability diagrams]({reliability.name})\n\n" if reliability else "")
+                + (f"![Privacy cost by subgroup]({subgroup_figure.name})\n\n" if subgroup_figure else "") +
+                f"## Cohort, validation and privacy\n\nCohort: {cohort['stays']} stays; exclusions "
                 f"{cohort['exclusions']}. Split (stays): train {split['train']['stays']}, dev "
-                f"{split['dev']['stays']}, test {split['test']['stays']}.\n\n{_validation_lines(run_dir)}"
+                f"{split['dev']['stays']}, test {split['test']['stays']}.\n\n{_validation_lines(run_dir, pages)}"
                 f"{ledger_text}{_synthesis_lines(run_dir)}Artifacts: `{run_dir}`\n")
     (run_dir / "results.md").write_text(markdown)
+    html_path = write_report_html(run_dir, markdown, f"privehr run {run_dir.name}")
     result = {"run_id": run_dir.name, "run_dir": str(run_dir), "results": rows, "runs": len(runs),
               "figure": str(figure), "expm_boxplots": str(boxplots) if boxplots else None, "privacy_note": note,
-              "dp_sgd_checks": checks, "privacy_ledger": ledger_total,
+              "dp_sgd_checks": checks, "privacy_ledger": ledger_total, "report_html": str(html_path),
+              "evaluation": {"test_stays": ev.test_stays, "confidence": evaluation.confidence,
+                             "bootstrap_resamples": evaluation.bootstrap_resamples, "cells": evaluated,
+                             "subgroups": ev.subgroups, "privacy_cost": ev.privacy_cost, "not_evaluated": ev.missing},
               "cohort": {k: cohort[k] for k in ("stays", "label_rates", "exclusions")}, "split": split}
     (run_dir / "metrics.json").write_text(strict_dumps(result, indent=2, default=float))
     if in_prefect_run():
@@ -178,4 +272,8 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
                                                   f"![AUROC vs epsilon](data:image/png;base64,{inline})\n\n"
                                                   f"Figure file: `{figure}`"),
                                  key="privehr-run-summary", description=f"Run {run_dir.name}")
+        create_link_artifact(page_url(html_path, run_dir.parent, pages.base_url), link_text=f"report of {run_dir.name}",
+                             key="privehr-run-report", description="The run's report (tables, figures, privacy, "
+                             "validation) as one page" + (f"; served at {pages.base_url} by `privehr serve`"
+                                                          if pages.base_url else ""))
     return result

@@ -34,6 +34,7 @@ from models.training import TrainingHyperparameters, fit_binary_classifier, pred
 from privehr.config import Cell, PrivacyConfig, TrainingConfig
 from tasks.compute import share_cores
 from tasks.expm_nf import default_expm_hyperparameters, fit_expm_nf
+from tasks.evaluation import save_predictions
 from tasks.features import load_split
 from privehr.strict_json import strict_dumps, strict_json
 from tasks.privacy_ledger import record_release
@@ -241,12 +242,15 @@ def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed:
             raise RuntimeError(f"{cell.cell_id} seed {seed}: no reservation from the budget check")
         metrics = fit_expm_nf(cell, hyperparameters, training, data, seed, (test_inputs, test_y),
                               out_dir / f"{cell.cell_id}-seed{seed}.pt",
+                              on_released=lambda p: save_predictions(run_dir, cell, seed, p),
                               before_saving=lambda: record_release(privacy.ledger_path, reservation, LedgerEntry(
                                   "", "", "expm_nf", cell.target_epsilon, what="final fit")))
         info = {}
     else:
         model, info = _train(cell, hyperparameters, training, privacy, data, seed, reservation, "final fit")
-        metrics = binary_metrics(test_y.cpu().numpy(), predict_proba(model, test_inputs))
+        probabilities = predict_proba(model, test_inputs)
+        metrics = binary_metrics(test_y.cpu().numpy(), probabilities)
+        save_predictions(run_dir, cell, seed, probabilities)  # patient-level: intermediate/, for the report
         torch.save({"cell": cell.model_dump(), "seed": seed, "hyperparameters": hyperparameters,
                     "state_dict": {k: v.cpu() for k, v in model.state_dict().items()}, "training": info},
                    out_dir / f"{cell.cell_id}-seed{seed}.pt")

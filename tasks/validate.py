@@ -12,6 +12,7 @@ from prefect import task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from privehr.specs import load_ehr_spec, load_mimic_spec
+from tasks.pages import page_url
 from tasks.run_logging import in_prefect_run, run_logger
 from tasks.validation import ValidationFailed, failure_message, output_dirs, validate_ehr, validate_extract
 
@@ -46,7 +47,7 @@ def summary_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _publish(summary: dict) -> None:
+def _publish(summary: dict, run_dir: str, pages_url: str | None) -> None:
     if not in_prefect_run():
         return
     create_markdown_artifact(summary_markdown(summary), description="validation summary")
@@ -55,21 +56,23 @@ def _publish(summary: dict) -> None:
                            for r in failed] or [{"table": "", "expectation": "none failed", "column": "",
                                                  "severity": "", "observed": "", "fix": ""}],
                           description="failed expectations")
-    create_link_artifact(Path(summary["data_docs"]).resolve().as_uri(), link_text="Data Docs",
-                         description="Great Expectations Data Docs of this validation")
+    create_link_artifact(page_url(summary["data_docs"], Path(run_dir).parent, pages_url), link_text="Data Docs",
+                         description="Great Expectations Data Docs of this validation"
+                                     + (f" (served at {pages_url} by `privehr serve`)" if pages_url else ""))
 
 
 @task(name="validate")
 def validate_delivery(path: str, run_dir: str, ehr_spec: str = "harrod_ehr", mimic_spec: str | None = None,
-                      stop_on_critical: bool = True, chunk_rows: int = 65536) -> str:
+                      stop_on_critical: bool = True, chunk_rows: int = 65536, pages_url: str | None = None) -> str:
     """Validate one delivery (HDF5 -> MIMIC-Extract suites, CSV -> its EHR spec); return validation.json's
-    path. Raises ``ValidationFailed`` (after writing every report) when a critical expectation fails."""
+    path. Raises ``ValidationFailed`` (after writing every report) when a critical expectation fails. The
+    Data Docs link points under ``pages_url`` (``PagesConfig.base_url``) when given, else at the file."""
     if is_hdf5(path):
         summary = validate_extract(path, run_dir, load_mimic_spec(mimic_spec), chunk_rows)
     else:
         spec = load_ehr_spec(ehr_spec)
         summary, _ = validate_ehr(path, run_dir, spec)
-    _publish(summary)
+    _publish(summary, run_dir, pages_url)
     quarantined = sum(c["rows"] for c in summary["quarantine"].values())
     run_logger().info("validate %s: %d expectations, %d critical and %d warning failures, %d quarantined rows",
                       Path(path).name, summary["expectations"], len(summary["failed_critical"]),

@@ -18,6 +18,8 @@ from tasks.validation import ValidationFailed
 
 CANARY_SUBJECT = 97531864
 CANARY_VALUE = 173.2468  # a heart rate no simulator draws
+CANARY_AGE = 61.97531  # and the canary patient's age and ethnicity, which only the subgroup evaluation reads
+CANARY_ETHNICITY = "CANARYLAND ISLANDER"
 
 
 def _plant(path: Path) -> None:
@@ -29,6 +31,9 @@ def _plant(path: Path) -> None:
 
     sim.patients, sim.vitals_labs, sim.interventions = map(rename, (sim.patients, sim.vitals_labs, sim.interventions))
     rows = sim.vitals_labs.index.get_level_values("subject_id") == CANARY_SUBJECT
+    canary = sim.patients.index.get_level_values("subject_id") == CANARY_SUBJECT
+    sim.patients["age"] = sim.patients["age"].where(~canary, CANARY_AGE)
+    sim.patients["ethnicity"] = sim.patients["ethnicity"].astype(object).where(~canary, CANARY_ETHNICITY)
     sim.vitals_labs.loc[rows, ("heart rate", "mean")] = CANARY_VALUE
     sim.vitals_labs.loc[rows, ("heart rate", "count")] = 1.0
     sim.vitals_labs = sim.vitals_labs.sort_index()
@@ -102,5 +107,17 @@ def test_canaries_stay_out_of_prefect(tmp_path, caplog):
     imputed = run_dir / "synthesis" / "intermediate" / "imputed" / "train_0.csv"
     assert f"{CANARY_VALUE}" in imputed.read_text() or f"{CANARY_VALUE}" in imputed.with_name("test_0.csv").read_text()
 
-    needles = [str(CANARY_SUBJECT).encode(), f"{CANARY_VALUE}".encode(), str(CANARY_VALUE)[:6].encode()]
+    needles = [str(CANARY_SUBJECT).encode(), f"{CANARY_VALUE}".encode(), str(CANARY_VALUE)[:6].encode(),
+               str(CANARY_AGE)[:6].encode(), CANARY_ETHNICITY.encode()]
+    cohort = np.load(run_dir / "intermediate" / "cohort.npz")
+    assert CANARY_ETHNICITY in cohort["ethnicity"].tolist()  # read, for the subgroups
     _scan_prefect_stores(needles, b"canary", caplog)
+    # nor the run's own outputs outside its patient-level directories: what DVC versions and privehr serve shows
+    # (report.html, results.md, metrics.json, the figures, the models, Data Docs)
+    outputs = [p for p in run_dir.rglob("*") if p.is_file()
+               and not {"intermediate", "quarantine", ".lock"} & set(p.relative_to(run_dir).parts)]
+    assert {"report.html", "metrics.json", "calibration.png"} <= {p.name for p in outputs}
+    for p in outputs:
+        content = p.read_bytes()
+        for needle in needles:
+            assert needle not in content, (needle, str(p.relative_to(run_dir)))

@@ -61,6 +61,26 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
         if method == "dp_sgd":
             assert r["epsilon_prv"] <= eps and r["epsilon_rdp"] <= eps and r["epsilon_pld"] <= r["epsilon_rdp"]
             assert r["guarantee"] == "DP"
+    # the test-set evaluation: every cell, intervals around the medians, calibration, subgroups
+    evaluation = metrics["evaluation"]
+    assert evaluation["not_evaluated"] == [] and len(evaluation["cells"]) == len(rows)
+    for c in evaluation["cells"]:
+        row = rows[(c["label"], c["model"], c["method"], None if c["target_epsilon"] is None else c["target_epsilon"])]
+        lo, hi = c["auroc_ci"]
+        assert lo <= c["auroc_median"] <= hi and 0 <= c["ece"] <= 1 and 0 <= c["brier"] <= 1
+        assert sum(b["stays"] for b in c["reliability"]) == c["test_stays"] == metrics["split"]["test"]["stays"]
+        if c["method"] != "expm_nf":  # ExpM+NF: the released draw, not the median over draws
+            assert c["auroc_median"] == pytest.approx(row["auroc_median"])
+    assert {(g["attribute"], g["group"]) for g in evaluation["subgroups"]} >= {("sex", "female"), ("sex", "male")}
+    for g in evaluation["subgroups"]:
+        assert (g["auroc"] is None) == g["too_small"] and (g["stays"] is None) == g["too_small"]
+        assert g["too_small"] or g["stays"] >= 50
+    assert all(r["cost"] is None or -1 <= r["cost"] <= 1 for r in evaluation["privacy_cost"])
+    for section in ("## Uncertainty and calibration", "## Subgroups", "## Privacy cost by subgroup",
+                    "calibration.png"):
+        assert section in report, section
+    page = (run_dir / "report.html").read_text()
+    assert "<table>" in page and "data:image/png;base64," in page and 'src="calibration.png"' not in page
     assert json.loads((run_dir / "ingest.json").read_text())["sha256"] == before
     assert hashlib.sha256(small_extract.read_bytes()).hexdigest() == before
     assert PipelineConfig.model_validate_json((run_dir / "config.json").read_text()) == config

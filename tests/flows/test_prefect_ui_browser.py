@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -135,3 +136,95 @@ def test_deployment_run_shows_its_artifacts_in_the_ui(prefect_server, tmp_path):
     for expected in ("privehr-synthesis-report", "privehr-synthesis-releases", "DP-SGD steps", "validation summary"):
         assert expected in text, expected
     assert (run_dir / "prefect_ui_artifacts.png").stat().st_size > 10_000
+
+
+def _chrome(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
+                 f"--user-data-dir={tmp_path / 'chromium-profile-pages'}"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+def _link_artifacts(port: int, base_url: str) -> dict[str, str]:
+    """{key or description: artifact id} of the server's artifacts that link under ``base_url`` (Prefect 3.8
+    stores a link artifact as markdown: ``[text](url)``)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/artifacts/filter", method="POST",
+                                     data=b"{}", headers={"Content-Type": "application/json"})
+    artifacts = json.loads(urllib.request.urlopen(request, timeout=30).read())
+    return {(a["key"] or a["description"] or ""): a["id"] for a in artifacts
+            if isinstance(a["data"], str) and f"]({base_url}/" in a["data"]}
+
+
+def test_the_ui_artifacts_link_the_served_data_docs_and_report(prefect_server, tmp_path):
+    """From the Prefect UI's link artifacts of a pipeline run (its validation, its report) to the pages over http:
+    `privehr serve` serves the artifacts directory where `pages.base_url` says, and patient-level files 404."""
+    _require_browser()
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tasks.demo_data import write_demo_mimic
+
+    env, port = prefect_server
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    pages_port = _free_port()
+    base_url = f"http://127.0.0.1:{pages_port}"
+    serve = subprocess.Popen([str(BIN / "privehr"), "serve", "--artifacts-dir", str(artifacts), "--port",
+                              str(pages_port)], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        assert base_url in serve.stdout.readline()
+        extract = tmp_path / "all_hourly_data.h5"
+        write_demo_mimic(extract, n_stays=300, seed=4)
+        config = tmp_path / "run.json"
+        config.write_text(json.dumps({
+            "data": {"hdf5_path": str(extract)}, "labels": ["mort_icu"], "artifacts_dir": str(artifacts),
+            "run_id": "pages", "versioning": {"dvc": False}, "pages": {"base_url": base_url}, "synthesis": None,
+            "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
+            "training": {"models": ["logistic_regression"], "methods": ["non_private", "dp_sgd"], "seeds": 1,
+                         "non_private": {"max_epochs": 3}, "dp_sgd": {"epochs": 1, "epsilons": [1.0]}}}))
+        out = subprocess.run([str(BIN / "privehr"), "run", "--config", str(config), "--json"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=400)
+        assert out.returncode == 0, out.stderr[-3000:]
+        links = _link_artifacts(port, base_url)
+        assert "privehr-run-report" in links, (links, out.stderr[-3000:])
+        report_id = links["privehr-run-report"]
+        docs_id = next(i for k, i in links.items() if "Data Docs" in k)
+        run_dir = artifacts / "pages"
+        # patient-level files are not served
+        for private in ("intermediate/cohort.npz", "intermediate/features_test.npz"):
+            assert (run_dir / private).exists()
+            with pytest.raises(urllib.error.HTTPError, match="404"):
+                urllib.request.urlopen(f"{base_url}/pages/{private}", timeout=10)
+
+        driver = _chrome(tmp_path)
+        try:
+            landed = {}
+            for name, artifact_id in (("data_docs", docs_id), ("report", report_id)):
+                driver.get(f"http://127.0.0.1:{port}/artifacts/artifact/{artifact_id}")
+                anchor = WebDriverWait(driver, 90).until(
+                    lambda d: d.find_elements(By.CSS_SELECTOR, f'a[href^="{base_url}/pages/"]'))[0]
+                href = anchor.get_attribute("href")
+                driver.get(href)  # what a click does (the UI opens links in a new tab)
+                WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.readyState") == "complete")
+                shot = run_dir / f"followed_{name}.png"
+                driver.save_screenshot(str(shot))
+                images = driver.execute_script(
+                    "return Array.from(document.images).filter(i => i.complete && i.naturalWidth > 100).length")
+                landed[name] = (href, driver.title, driver.page_source, images, shot)
+        finally:
+            driver.quit()
+    finally:
+        _stop(serve)
+    href, title, text, _, shot = landed["data_docs"]
+    assert href.startswith(f"{base_url}/pages/validation/") and href.endswith("index.html")
+    assert "Data Docs" in text and "Validation Results" in text
+    assert "mimic_extract_patients" in text and shot.stat().st_size > 10_000  # the suites (listed by its script)
+    href, title, text, images, shot = landed["report"]
+    assert href == f"{base_url}/pages/report.html" and title == "privehr run pages"
+    assert "Uncertainty and calibration" in text and "Subgroups" in text and images >= 2
+    assert shot.stat().st_size > 10_000

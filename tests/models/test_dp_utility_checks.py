@@ -48,3 +48,26 @@ def test_a_diverged_seed_fails_both_checks_and_stays_valid_json():
     json.loads(json.dumps(check, allow_nan=False))
     (check,) = check_dp_sgd_curves(_runs({0.1: [np.nan], 10.0: [np.nan]}, [np.nan]))
     assert check["auroc_medians"] == [None, None] and check["non_private_baseline"] is None
+
+
+def test_with_bootstrap_replicates_a_flag_needs_the_interval_too():
+    rng = np.random.default_rng(0)
+    runs = _runs({1.0: [0.80, 0.78, 0.79], 3.5: [0.75, 0.77, 0.76]}, [0.9], baseline_l2=[0.76])
+    inf = float("inf")
+    base = ("mort_icu", "grud", "non_private", "bce", inf)
+    wide = {("mort_icu", "grud", "dp_sgd", "bce", 1.0): 0.79 + rng.normal(0, 0.05, 1000),
+            ("mort_icu", "grud", "dp_sgd", "bce", 3.5): 0.76 + rng.normal(0, 0.05, 1000), base: 0.9 + rng.normal(0, 0.05, 1000)}
+    (check,) = check_dp_sgd_curves(runs, wide)
+    assert check["intervals"] and check["decreases"] == [] and check["no_decrease_beyond_seed_noise"]
+    shared = rng.normal(0, 0.05, 1000)  # the same resamples move every cell together: a narrow difference
+    narrow = {k: v.mean() + shared + rng.normal(0, 0.002, 1000) for k, v in wide.items()}
+    (check,) = check_dp_sgd_curves(runs, narrow)
+    assert [(d["from"], d["to"]) for d in check["decreases"]] == [(1.0, 3.5)]
+    lo, hi = check["decreases"][0]["difference_interval"]
+    assert lo < -0.03 < hi < 0
+    # a DP median above the baseline within the intervals is listed, not flagged
+    above = _runs({1.0: [0.91]}, [0.9])
+    (check,) = check_dp_sgd_curves(above, {("mort_icu", "grud", "dp_sgd", "bce", 1.0): 0.91 + rng.normal(0, .03, 999),
+                                           base: 0.9 + rng.normal(0, .03, 999)})
+    assert check["below_baseline"] and check["at_or_above_baseline"] == [] and \
+        check["above_baseline_within_intervals"] == [1.0]
