@@ -51,7 +51,7 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
                                    chunk_rows=checks.chunk_rows, pages_url=config.pages.base_url) if checks.enabled \
             else None
         cohort = build_cohort(str(data.hdf5_path), run_dir, **window, validation_report=report, mimic_spec=spec)
-        manifest = split_cohort(cohort, config.split, run_dir, config.labels)
+        manifest = split_cohort(cohort, config.split, run_dir)
         check_labels(manifest, config.labels)
         features = build_features(cohort, manifest, run_dir)
         if config.static_imputation is not None:

@@ -16,7 +16,8 @@ With the test set's bootstrap replicates of each cell's median AUROC (``replicat
 on the same stratified resamples, ``models/bootstrap.py``), a flag also needs the interval to say so:
 "at or above the baseline" only where the ``confidence`` interval of (DP - baseline) lies above 0, and
 "a decrease" only where the interval of (AUROC at e_j - AUROC at e_i) lies below 0, besides the seed
-ranges. A DP median above the baseline within the intervals is listed as such, not flagged. Without
+ranges. A DP median at or above the baseline within the intervals is neither below it
+(``below_baseline`` is False) nor flagged: it is listed in ``above_baseline_within_intervals``. Without
 replicates the baseline check has no tolerance and a tie is flagged.
 """
 
@@ -73,7 +74,7 @@ def check_dp_sgd_curves(runs: pd.DataFrame, replicates: dict | None = None, conf
         checks.append({"label": label, "model": model, "loss": loss, "non_private_baseline": _finite(baseline),
                        "epsilons": epsilons, "auroc_medians": [_finite(medians[e]) for e in epsilons],
                        "not_finite": not_finite,
-                       "below_baseline": bool(np.isfinite(baseline)) and not above and not not_finite,
+                       "below_baseline": bool(np.isfinite(baseline)) and not above_median and not not_finite,
                        "at_or_above_baseline": above, "above_baseline_within_intervals": within,
                        "intervals": replicates is not None,
                        "no_decrease_beyond_seed_noise": not drops and not not_finite, "decreases": drops})

@@ -9,9 +9,13 @@ and returns aggregates only:
 * stratified bootstrap intervals (``models/bootstrap.py``) of the cell's median-over-seeds AUROC, AUPRC
   and Brier score: every seed is scored on the same resamples, so the interval covers the test set's
   sampling and the seed spread is reported beside it; the replicates also serve the DP-SGD curve checks;
-* subgroups (``models/subgroups.py``): each group's median AUROC over seeds, and the privacy cost
-  (non-private baseline minus DP AUROC) per group; a group below the minimum size is "too small", with
-  no number.
+* subgroups (``models/subgroups.py``): each group's median AUROC over seeds with its interval (the same
+  resamples, restricted to the group), and the privacy cost (non-private baseline minus DP AUROC) per
+  group with a paired interval; a group below the minimum size is "too small", with no number, and no
+  group's size is published (it would give a suppressed group's away by subtraction).
+
+The resamples are stratified by class, so the AUPRC and Brier intervals are conditional on the test
+set's prevalence (slightly narrower than unconditional ones).
 
 For ExpM+NF cells the evaluated predictions are those of the released draw (the flow's first sample),
 the single model a user would deploy. None of these numbers carries a DP guarantee.
@@ -28,7 +32,7 @@ from sklearn.metrics import roc_auc_score
 from models.bootstrap import (percentile_interval, stratified_counts, weighted_auprc, weighted_auroc,
                               weighted_brier)
 from models.calibration import calibration
-from models.cohort import DEMOGRAPHICS
+from models.cohort import DEMOGRAPHICS, LABELS
 from models.subgroups import large_enough, subgroups
 from privehr.config import Cell, EvaluationConfig
 from tasks.cohort import load_cohort
@@ -49,7 +53,7 @@ def save_predictions(run_dir: str | Path, cell: Cell, seed: int, probabilities) 
     """Keep a fit's test-set probabilities (patient-level: under intermediate/) for the report."""
     path = predictions_path(run_dir, cell, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(path, np.asarray(probabilities, dtype=np.float32))
+    np.save(path, np.asarray(probabilities, dtype=np.float64))  # float32 would tie scores near 0 and 1
 
 
 def key_cell(key: CellKey) -> Cell:
@@ -104,12 +108,13 @@ def evaluate_cells(run_dir: str | Path, runs: list[dict], config: EvaluationConf
     by_cell: dict[CellKey, list[dict]] = {}
     for row in runs:
         by_cell.setdefault(cell_key(row), []).append(row)
-    counts = {}  # one set of resamples per label: every cell of the label is scored on the same draws
-    rng = np.random.default_rng(config.bootstrap_seed)
-    for label in sorted({k[0] for k in by_cell}):
-        counts[label] = stratified_counts(labels[label], config.bootstrap_resamples, rng)
+    # one set of resamples per label, every cell of the label scored on the same draws; each label's own
+    # generator, so that a label's intervals do not change when the run adds another label
+    counts = {label: stratified_counts(labels[label], config.bootstrap_resamples,
+                                       np.random.default_rng([config.bootstrap_seed, LABELS.index(label)]))
+              for label in sorted({k[0] for k in by_cell})}
     out.test_stays = int(len(next(iter(labels.values()))))
-    group_auroc: dict[CellKey, dict] = {}
+    group_auroc: dict[CellKey, dict] = {}  # CellKey -> group -> (median AUROC, replicates) or None
     for key in sorted(by_cell, key=str):
         label = key[0]
         y, w = labels[label], counts[label]
@@ -133,7 +138,8 @@ def evaluate_cells(run_dir: str | Path, runs: list[dict], config: EvaluationConf
         median_seed = int(np.argsort(aurocs)[(len(aurocs) - 1) // 2])
         out.auroc_replicates[key] = rep_auroc
         out.cells[key] = {
-            "auroc_median": float(np.nanmedian(aurocs)), "seeds_evaluated": int(len(preds)), "test_stays": int(y.size), "test_positives": int(y.sum()),
+            "auroc_median": float(np.nanmedian(aurocs)), "seeds_evaluated": int(len(preds)), "seeds": len(rows),
+            "test_stays": int(y.size), "test_positives": int(y.sum()),
             "auroc_seed_range": [float(np.nanmin(aurocs)), float(np.nanmax(aurocs))],
             "auroc_ci": list(percentile_interval(rep_auroc, config.confidence)),
             "auprc_ci": list(percentile_interval(rep_auprc, config.confidence)),
@@ -144,24 +150,27 @@ def evaluate_cells(run_dir: str | Path, runs: list[dict], config: EvaluationConf
             "calibration_intercept": float(np.nanmedian([f.intercept for f in fits])),
             "reliability": fits[median_seed].bins}
         group_auroc[key] = {}
-        for (attribute, group), mask in groups.items():
-            if not mask.any():
-                continue
-            if large_enough(y, mask, config.min_group_stays, config.min_group_per_class):
-                value = float(np.median([_auroc(y[mask], p[mask]) for p in preds]))
-                group_auroc[key][(attribute, group)] = value
-                out.subgroups.append(_group_row(key, attribute, group, value, int(mask.sum()), int(y[mask].sum())))
-            else:
+        for (attribute, group), mask in groups.items():  # every group, empty ones too: "too small" says nothing
+            if not large_enough(y, mask, config.min_group_stays, config.min_group_per_class):
                 group_auroc[key][(attribute, group)] = None
-                out.subgroups.append(_group_row(key, attribute, group, None, None, None))
-    out.privacy_cost = _privacy_cost(out, group_auroc)
+                out.subgroups.append(_group_row(key, attribute, group, None, None))
+                continue
+            value = float(np.median([_auroc(y[mask], p[mask]) for p in preds]))
+            with np.errstate(invalid="ignore", divide="ignore"):  # a resample may leave a group one class
+                reps = np.median(np.stack([weighted_auroc(p[mask], y[mask], w[:, mask]) for p in preds]), 0)
+            group_auroc[key][(attribute, group)] = (value, reps)
+            out.subgroups.append(_group_row(key, attribute, group, value,
+                                            list(percentile_interval(reps, config.confidence))))
+    out.privacy_cost = _privacy_cost(out, group_auroc, config.confidence)
     return out
 
 
-def _group_row(key, attribute, group, auroc, stays, positives) -> dict:
+def _group_row(key, attribute, group, auroc, interval) -> dict:
+    """A group's row: no size, no count (a size published beside a suppressed group's would give it away by
+    subtraction), only the AUROC and its interval, or "too small"."""
     return {"label": key[0], "model": key[1], "method": key[2], "loss": key[3], "target_epsilon": key[4],
             "attribute": attribute, "group": group, "too_small": auroc is None, "auroc": auroc,
-            "stays": stays, "positives": positives}
+            "auroc_ci": interval}
 
 
 def baseline_key(keys, medians: dict, label: str, model: str):
@@ -171,7 +180,7 @@ def baseline_key(keys, medians: dict, label: str, model: str):
     return max(finite, key=lambda k: medians[k]) if finite else None
 
 
-def _privacy_cost(out: TestEvaluation, group_auroc: dict) -> list[dict]:
+def _privacy_cost(out: TestEvaluation, group_auroc: dict, confidence: float) -> list[dict]:
     medians = {k: c["auroc_median"] for k, c in out.cells.items()}
     rows = []
     for key in sorted(group_auroc, key=str):
@@ -180,10 +189,15 @@ def _privacy_cost(out: TestEvaluation, group_auroc: dict) -> list[dict]:
         base = baseline_key(group_auroc, medians, key[0], key[1])
         if base is None:
             continue
-        for group, value in group_auroc[key].items():
+        for group, private in group_auroc[key].items():
             reference = group_auroc[base].get(group)
-            rows.append({"label": key[0], "model": key[1], "method": key[2], "loss": key[3],
-                         "target_epsilon": key[4], "attribute": group[0], "group": group[1],
-                         "non_private_auroc": reference, "private_auroc": value,
-                         "cost": None if value is None or reference is None else reference - value})
+            row = {"label": key[0], "model": key[1], "method": key[2], "loss": key[3], "target_epsilon": key[4],
+                   "attribute": group[0], "group": group[1], "non_private_auroc": None, "private_auroc": None,
+                   "cost": None, "cost_ci": None, "cost_beyond_noise": None}
+            if private is not None and reference is not None:
+                # paired: the baseline and the private cell are scored on the same resamples
+                interval = percentile_interval(reference[1] - private[1], confidence)
+                row.update(non_private_auroc=reference[0], private_auroc=private[0], cost=reference[0] - private[0],
+                           cost_ci=list(interval), cost_beyond_noise=bool(interval[0] > 0 or interval[1] < 0))
+            rows.append(row)
     return rows

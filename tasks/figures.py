@@ -146,8 +146,9 @@ def plot_reliability(cells: list[dict], path: Path) -> Path | None:
 
 
 def plot_subgroup_cost(costs: list[dict], path: Path) -> Path | None:
-    """Privacy cost (non-private minus DP AUROC) per subgroup and epsilon, one panel per DP (label, model,
-    method, loss); groups too small to report are left out."""
+    """Privacy cost (non-private minus DP AUROC) per subgroup and epsilon with its paired interval, one panel
+    per DP (label, model, method, loss); a cost whose interval holds 0 is hatched; groups too small to report
+    are left out."""
     rows = [r for r in costs if r["cost"] is not None]
     if not rows:
         return None
@@ -162,12 +163,20 @@ def plot_subgroup_cost(costs: list[dict], path: Path) -> Path | None:
         epsilons = sorted(part["target_epsilon"].unique())
         width = 0.8 / max(len(epsilons), 1)
         for i, eps in enumerate(epsilons):
-            at = part[part["target_epsilon"] == eps].set_index("group_name")["cost"]
-            ax.bar(np.arange(len(names)) + i * width, [at.get(n, np.nan) for n in names], width,
-                   label=_eps_text(eps))
+            at = part[part["target_epsilon"] == eps].set_index("group_name")
+            cost = np.array([at["cost"].get(n, np.nan) for n in names], float)
+            ci = np.array([at["cost_ci"].get(n, [np.nan, np.nan]) for n in names], float)
+            beyond = [bool(at["cost_beyond_noise"].get(n, False)) for n in names]
+            bars = ax.bar(np.arange(len(names)) + i * width, cost, width, label=_eps_text(eps),
+                          yerr=np.abs(np.vstack([cost - ci[:, 0], ci[:, 1] - cost])), capsize=2,
+                          error_kw={"linewidth": 0.7})
+            for bar, solid in zip(bars, beyond):
+                if not solid:
+                    bar.set_hatch("//")
+                    bar.set_alpha(0.5)
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=30, ha="right", fontsize=7)
-        ax.set_ylabel("non-private - private AUROC")
+        ax.set_ylabel("non-private - private AUROC\n(hatched: interval holds 0)", fontsize=8)
         ax.set_title(f"privacy cost by subgroup: {label}, {model.replace('_', ' ')}, "
                      f"{METHOD_LABELS.get(method, method)} ({loss})", fontsize=9)
         ax.legend(fontsize=7)

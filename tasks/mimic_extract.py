@@ -84,7 +84,7 @@ def read_patients(path: str | Path) -> pd.DataFrame:
     if list(patients.index.names) != ID_COLUMNS:
         raise InputError(f"'patients' in {path} is indexed by {list(patients.index.names)}; expected "
                          f"{ID_COLUMNS} as MIMIC-Extract writes it.")
-    needed = {"mort_icu", "los_icu", "max_hours"}
+    needed = {"mort_icu", "mort_hosp", "los_icu", "max_hours"}
     if missing := sorted(needed - set(patients.columns)):
         raise InputError(f"'patients' in {path} lacks column(s) {missing} needed for the labels and cohort; "
                          f"found {len(patients.columns)} columns.")
@@ -204,7 +204,7 @@ def inspect_extract(path: str | Path, window_hours: int = 24, gap_hours: int = 6
         "hourly_rows": int(hourly_rows),
         "variables": len(variables),
         "patients_columns": int(patients.shape[1]),
-        "label_dtypes": {c: str(patients[c].dtype) for c in ("mort_icu", "los_icu")},
+        "label_dtypes": {c: str(patients[c].dtype) for c in ("mort_icu", "mort_hosp", "los_icu")},
         "cohort": {
             "rule": f"max_hours > {window_hours + gap_hours}",
             "stays": int(len(cohort.stays)),

@@ -3,8 +3,12 @@
 A browser that shows the Prefect UI over http does not follow ``file://`` links, and a local path means
 nothing on another machine, so the artifacts link pages at ``pages.base_url`` (``PagesConfig``): the
 URL at which the artifacts directory is served, by ``privehr serve`` or by any web server or static
-site that publishes it. The server below never serves patient-level files: a run's ``intermediate/``
-and ``quarantine/`` directories and its lock file answer 404, and directory listings leave them out.
+site that publishes it. The server below shows pages only, by an allow-list (``is_page``): a run's
+``report.html``, ``results.md``, ``metrics.json`` and figures, its synthesis report and figures, and the
+Data Docs. Everything else answers 404 (patient-level ``intermediate/`` and ``quarantine/``, models, the
+privacy ledger and its key, files of older run layouts), links are resolved before the check (a link
+out of the root or into a private directory is refused), names are compared case-folded (a
+case-insensitive disk), and the only listing is the root's list of runs.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import threading
 import urllib.parse
 from pathlib import Path
 
-__all__ = ["page_url", "serve_artifacts", "PRIVATE_PARTS"]
+__all__ = ["page_url", "serve_artifacts", "is_page", "PRIVATE_PARTS"]
 
 PRIVATE_PARTS = frozenset({"intermediate", "quarantine", ".lock"})
+RUN_PAGES = frozenset({"report.html", "results.md", "metrics.json"})
+SYNTHESIS_PAGES = frozenset({"report.md"})
 
 
 def page_url(path: str | Path, artifacts_dir: str | Path, base_url: str | None) -> str:
@@ -36,25 +42,50 @@ def page_url(path: str | Path, artifacts_dir: str | Path, base_url: str | None) 
     return path.as_uri()
 
 
+def is_page(parts: tuple[str, ...]) -> bool:
+    """Whether a path (its parts relative to the artifacts directory) is a page ``privehr serve`` shows: a run's
+    reports and figures, its synthesis subflow's, and Great Expectations' Data Docs. Anything else (models,
+    the ledger and its key, patient-level files, files of older layouts) is not served."""
+    folded = tuple(p.casefold() for p in parts)
+    if len(folded) < 2 or PRIVATE_PARTS & set(folded) or any(p.startswith(".") for p in folded):
+        return False
+    if len(folded) == 2:
+        return folded[1] in RUN_PAGES or folded[1].endswith(".png")
+    if len(folded) == 3 and folded[1] == "synthesis":
+        return folded[2] in SYNTHESIS_PAGES or folded[2].endswith(".png")
+    # <run>/[synthesis/]validation/<delivery>/gx/uncommitted/data_docs/...
+    rest = folded[2:] if folded[1] == "synthesis" else folded[1:]
+    return len(rest) > 5 and rest[0] == "validation" and rest[2:5] == ("gx", "uncommitted", "data_docs")
+
+
 class _Handler(http.server.SimpleHTTPRequestHandler):
-    def _private(self) -> bool:
-        parts = Path(urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)).parts
-        return any(p in PRIVATE_PARTS for p in parts)
+    def _parts(self) -> tuple[str, ...] | None:
+        """The request's path relative to the root after resolving links, or None where it leaves the root."""
+        root = Path(self.directory).resolve()
+        target = Path(os.path.realpath(self.translate_path(self.path)))
+        try:
+            return target.relative_to(root).parts
+        except ValueError:
+            return None
 
     def send_head(self):
-        if self._private():
-            self.send_error(404, "not served: patient-level files stay on the machine that ran the flow")
+        parts = self._parts()
+        if parts == ():
+            return self.list_directory(self.directory)
+        target = Path(self.translate_path(self.path))
+        if parts is None or not (is_page(parts) or (target.is_dir() and (target / "index.html").is_file()
+                                                      and is_page(parts + ("index.html",)))):
+            self.send_error(404, "not a page privehr serve shows (reports, figures, Data Docs)")
             return None
         return super().send_head()
 
     def list_directory(self, path):
-        """A plain listing without the private directories."""
-        names = sorted(n for n in os.listdir(path) if n not in PRIVATE_PARTS)
-        title = html.escape(urllib.parse.unquote(urllib.parse.urlsplit(self.path).path))
-        items = "".join(f'<li><a href="{urllib.parse.quote(n + ("/" if os.path.isdir(os.path.join(path, n)) else ""))}">'
-                        f"{html.escape(n)}</a></li>" for n in names)
-        body = f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>privehr artifacts {title}</title></head>" \
-               f"<body><h1>privehr artifacts {title}</h1><ul>{items}</ul></body></html>".encode()
+        """The root's listing only: the runs that have a report."""
+        root = Path(self.directory)
+        runs = sorted(p.name for p in root.iterdir() if (p / "report.html").is_file() and not p.name.startswith("."))
+        items = "".join(f'<li><a href="{urllib.parse.quote(n)}/report.html">{html.escape(n)}</a></li>' for n in runs)
+        body = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>privehr runs</title></head>"
+                f"<body><h1>privehr runs</h1><ul>{items}</ul></body></html>").encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from tasks.figures import plot_auroc_vs_epsilon, plot_expm_boxplots, plot_reliab
 from privehr.strict_json import strict_dumps, strict_json
 from tasks.pages import page_url
 from tasks.privacy_ledger import read_ledger, short_dataset
-from tasks.report_html import write_report_html
+from tasks.report_html import inline_figures, write_report_html
 from tasks.run_logging import in_prefect_run
 from tasks.synthesis_report import raw_accuracy
 
@@ -82,16 +81,16 @@ def curve_check_lines(checks: list[dict]) -> str:
         eps = ", ".join(f"{e:g}" for e in c["epsilons"])
         if c["not_finite"]:
             below = "FLAGGED: AUROC not finite at epsilon " + ", ".join(f"{e:g}" for e in c["not_finite"])
+        elif c.get("above_baseline_within_intervals"):
+            below = ("at or above the baseline's median at epsilon " + ", ".join(
+                f"{e:g}" for e in c["above_baseline_within_intervals"]) + ", within the bootstrap intervals "
+                "(not flagged)")
         elif c["below_baseline"]:
             below = "below the baseline"
         elif c["at_or_above_baseline"]:
             below = "FLAGGED: at or above the baseline at epsilon " + ", ".join(f"{e:g}" for e in c["at_or_above_baseline"])
         else:
             below = "FLAGGED: no non-private baseline to compare with"
-        if c.get("above_baseline_within_intervals"):
-            below += ("; median at or above it at epsilon " + ", ".join(f"{e:g}" for e in c["above_baseline_within_"
-                                                                                        "intervals"])
-                      + " but within the bootstrap intervals")
         if c["decreases"]:
             drops = "FLAGGED: decrease beyond seed noise " + ", ".join(
                 f"{d['from']:g} -> {d['to']:g} ({d['auroc_from']:.3f} -> {d['auroc_to']:.3f})" for d in c["decreases"])
@@ -125,13 +124,16 @@ def evaluation_lines(ev: TestEvaluation, config: EvaluationConfig) -> str:
              "seeds, every seed scored on the same resamples; the seed range is the spread over training runs. "
              f"Calibration: Brier score, ECE over {calibration_bins(ev.test_stays, config)} equal-mass bins (at most "
              f"{config.calibration_bins}, each of at least {config.min_group_stays} stays), calibration slope (1 "
-             "ideal) and intercept with slope 1 (0 ideal), medians over seeds. ExpM+NF cells: the released draw. "
-             "None of these statistics carries a DP guarantee.", "",
-             "| " + " | ".join(head + ["AUROC", f"AUROC {level} CI", "seed range", f"AUPRC {level} CI", "Brier",
+             "ideal) and intercept with slope 1 (0 ideal), medians over seeds. ExpM+NF cells are evaluated on their "
+             "released draw, so their AUROC here differs from the median over draws above. Seeds: those with finite "
+             "test predictions of those fitted. Resamples keep the test set's class counts: the AUPRC and Brier "
+             "intervals are conditional on its prevalence. None of these statistics carries a DP guarantee.", "",
+             "| " + " | ".join(head + ["seeds", "AUROC", f"AUROC {level} CI", "seed range", f"AUPRC {level} CI", "Brier",
                                        f"Brier {level} CI", "ECE", "slope", "intercept"]) + " |",
-             "|" + "---|" * (len(head) + 9)]
+             "|" + "---|" * (len(head) + 10)]
     for key, c in sorted(ev.cells.items(), key=lambda kv: str(kv[0])):
-        lines.append("| " + " | ".join([*key[:4], _eps_cell(key[4]), f"{c['auroc_median']:.3f}", _ci(c["auroc_ci"]),
+        lines.append("| " + " | ".join([*key[:4], _eps_cell(key[4]), f"{c['seeds_evaluated']}/{c['seeds']}",
+                                        f"{c['auroc_median']:.3f}", _ci(c["auroc_ci"]),
                                         _ci(c["auroc_seed_range"]), _ci(c["auprc_ci"]), f"{c['brier']:.4f}",
                                         _ci(c["brier_ci"]), f"{c['ece']:.3f}", _cell(c["calibration_slope"]),
                                         _cell(c["calibration_intercept"])]) + " |")
@@ -143,35 +145,32 @@ def evaluation_lines(ev: TestEvaluation, config: EvaluationConfig) -> str:
         names = [f"{a}: {g}" for a, g in groups]
         value = {(cell_key(r), (r["attribute"], r["group"])): r for r in ev.subgroups}
         lines += ["", f"## Subgroups\n\nMedian test AUROC over seeds by sex, age band and ethnicity (MIMIC-Extract's "
-                      f"`patients`). A group with fewer than {config.min_group_stays} test stays, or fewer than "
-                      f"{config.min_group_per_class} of either class, is too small and gets no number.", "",
+                      f"`patients`), with its {level} interval (the same resamples, restricted to the group). A group "
+                      f"with fewer than {config.min_group_stays} test stays, or fewer than {config.min_group_per_class} "
+                      "of either class, is too small and gets no number; no group's size is published.", "",
                   "| " + " | ".join(head + names) + " |", "|" + "---|" * (len(head) + len(names))]
         for key in sorted(ev.cells, key=str):
             cells = []
             for g in groups:
                 r = value.get((key, g))
-                cells.append("" if r is None else "too small" if r["too_small"] else f"{r['auroc']:.3f}")
+                cells.append("" if r is None else "too small" if r["too_small"] else
+                             f"{r['auroc']:.3f} {_ci(r['auroc_ci'])}")
             lines.append("| " + " | ".join([*key[:4], _eps_cell(key[4]), *cells]) + " |")
-        lines.append("")
-        sizes = "; ".join(
-            f"{a}: {g} {r['stays']} ({r['positives']} positive)" for (a, g) in groups
-            for r in [next((x for x in ev.subgroups if (x["attribute"], x["group"]) == (a, g)
-                            and not x["too_small"]), None)] if r is not None)
-        lines.append(f"Group sizes in the test split: {sizes} (for the first label whose group is large enough; every "
-                     "group not listed is too small for every label)." if sizes else
-                     "No group of the test split is large enough for any label.")
     if ev.privacy_cost:
         cost = {(cell_key(r), (r["attribute"], r["group"])): r for r in ev.privacy_cost}
         keys = sorted({cell_key(r) for r in ev.privacy_cost}, key=str)
         names = [f"{a}: {g}" for a, g in groups]
         lines += ["", "## Privacy cost by subgroup\n\nThe non-private baseline's AUROC (best loss) minus the private "
-                      "cell's, per group: positive means the group lost utility to privacy (Suriyakumar et al. 2021).",
-                  "", "| " + " | ".join(head + names) + " |", "|" + "---|" * (len(head) + len(names))]
+                      f"cell's, per group, with its paired {level} interval (both scored on the same resamples): "
+                      "positive means the group lost utility to privacy (Suriyakumar et al. 2021); * marks a cost "
+                      "whose interval excludes 0.", "",
+                  "| " + " | ".join(head + names) + " |", "|" + "---|" * (len(head) + len(names))]
         for key in keys:
             cells = []
             for g in groups:
                 r = cost.get((key, g))
-                cells.append("" if r is None else "too small" if r["cost"] is None else f"{r['cost']:+.3f}")
+                cells.append("" if r is None else "too small" if r["cost"] is None else
+                             f"{r['cost']:+.3f}{'*' if r['cost_beyond_noise'] else ''} {_ci(r['cost_ci'])}")
             lines.append("| " + " | ".join([*key[:4], _eps_cell(key[4]), *cells]) + " |")
     return "\n".join(lines) + "\n\n"
 
@@ -267,10 +266,7 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
     if in_prefect_run():
         create_table_artifact([{c: _cell(r.get(c)) for c in COLUMNS} for r in rows], key="privehr-results",
                               description=f"Median test metrics of run {run_dir.name}. {note}")
-        inline = base64.b64encode(figure.read_bytes()).decode()  # the UI cannot reach the run directory
-        create_markdown_artifact(markdown.replace(f"![AUROC vs epsilon]({figure.name})",
-                                                  f"![AUROC vs epsilon](data:image/png;base64,{inline})\n\n"
-                                                  f"Figure file: `{figure}`"),
+        create_markdown_artifact(inline_figures(markdown, run_dir),  # the UI cannot reach the run directory
                                  key="privehr-run-summary", description=f"Run {run_dir.name}")
         create_link_artifact(page_url(html_path, run_dir.parent, pages.base_url), link_text=f"report of {run_dir.name}",
                              key="privehr-run-report", description="The run's report (tables, figures, privacy, "

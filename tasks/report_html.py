@@ -13,7 +13,7 @@ from pathlib import Path
 
 import markdown as md
 
-__all__ = ["write_report_html"]
+__all__ = ["write_report_html", "inline_figures"]
 
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:12px;margin:1em 0;display:block;overflow-x:auto}
@@ -30,6 +30,17 @@ def _inline_images(body: str, directory: Path) -> str:
         return f'src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}"'
 
     return re.sub(r'src="([^"]+)"', inline, body)
+
+
+def inline_figures(markdown_text: str, directory: str | Path) -> str:
+    """Markdown whose local figures ``![alt](name.png)`` are data URIs (for the Prefect UI)."""
+    def inline(match):
+        path = Path(directory) / match.group(2)
+        if "/" in match.group(2) or not path.is_file():
+            return match.group(0)
+        return f"![{match.group(1)}](data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()})"
+
+    return re.sub(r"!\[([^\]]*)\]\(([^)]+\.png)\)", inline, markdown_text)
 
 
 def write_report_html(run_dir: str | Path, markdown_text: str, title: str) -> Path:

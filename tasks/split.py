@@ -20,20 +20,20 @@ from tasks.run_logging import run_logger
 
 __all__ = ["split_cohort", "load_manifest", "check_labels", "SPLIT_SUMMARY"]
 
-DEFAULT_STRATA = ("mort_icu", "los_3")
+STRATA = ("mort_icu", "los_3")
 SPLIT_SUMMARY = "split_summary.json"  # counts, label rates, the manifest's hash: what a run versions
 
 
 @task(name="split")
-def split_cohort(cohort_path: str, config: SplitConfig, run_dir: str,
-                 stratify_on: list[str] | None = None) -> str:
+def split_cohort(cohort_path: str, config: SplitConfig, run_dir: str) -> str:
     """Write ``intermediate/split_manifest.json`` (subject and stay ids per split: patient-level, out of DVC) and
     ``split_summary.json`` (counts, label rates and the manifest's sha256, versioned); return the manifest's path.
 
-    The strata are the combinations of ``stratify_on`` (the run's labels; default mort_icu and los_3): every
-    label the cohort defines would cut a small cohort into strata too small to reach the dev split."""
+    The strata are the combinations of mort_icu and los_3, whatever labels the run trains: the test set of a
+    cohort is the same for every label set (runs stay comparable), and all four labels would cut a small
+    cohort into strata too small to reach the dev split."""
     data = load_cohort(cohort_path)
-    stratify_on = list(stratify_on or DEFAULT_STRATA)
+    stratify_on = list(STRATA)
     stays = pd.DataFrame({c: data[c] for c in ["subject_id", "icustay_id", *LABELS]})
     if stays["subject_id"].nunique() < 3:
         raise InputError(f"the cohort has {stays['subject_id'].nunique()} subject(s); a train/dev/test split "

@@ -69,5 +69,5 @@ def test_with_bootstrap_replicates_a_flag_needs_the_interval_too():
     above = _runs({1.0: [0.91]}, [0.9])
     (check,) = check_dp_sgd_curves(above, {("mort_icu", "grud", "dp_sgd", "bce", 1.0): 0.91 + rng.normal(0, .03, 999),
                                            base: 0.9 + rng.normal(0, .03, 999)})
-    assert check["below_baseline"] and check["at_or_above_baseline"] == [] and \
+    assert not check["below_baseline"] and check["at_or_above_baseline"] == [] and \
         check["above_baseline_within_intervals"] == [1.0]
