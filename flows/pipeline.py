@@ -1,6 +1,7 @@
 """privehr-pipeline: [dvc pull of missing inputs] -> ingest -> validate (GX gate) -> cohort -> split
 -> check labels -> features -> [privehr-synthesize subflow on the EHR table] -> budget check (reserves every
-release) -> search[cell] -> fit[cell, seed] (each release into the ledger as it is trained) -> report -> version.
+release) -> search[cell] -> fit[cell, seed] (each release into the ledger as it is trained, its test predictions
+kept under intermediate/) -> report (medians, calibration, bootstrap intervals, subgroups, report.html) -> version.
 
 The flow only wires tasks; each task reads and writes files in ``artifacts/<run-id>/`` and passes
 paths on, so no patient-level value enters Prefect's database or result storage. The ledger is proven

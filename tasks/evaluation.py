@@ -93,6 +93,12 @@ def _test_data(run_dir: Path):
     return labels, demographics
 
 
+def _nanmedian(values) -> float:
+    """The median of the finite values; NaN (without a warning) when there is none (constant predictions)."""
+    values = np.asarray(values, float)
+    return float(np.median(values[np.isfinite(values)])) if np.isfinite(values).any() else float("nan")
+
+
 def _auroc(y, p) -> float:
     return float(roc_auc_score(y, p)) if 0 < y.sum() < y.size else float("nan")
 
@@ -146,8 +152,8 @@ def evaluate_cells(run_dir: str | Path, runs: list[dict], config: EvaluationConf
             "brier": float(np.median([f.brier for f in fits])),
             "brier_ci": list(percentile_interval(rep_brier, config.confidence)),
             "ece": float(np.median([f.ece for f in fits])),
-            "calibration_slope": float(np.nanmedian([f.slope for f in fits])),
-            "calibration_intercept": float(np.nanmedian([f.intercept for f in fits])),
+            "calibration_slope": _nanmedian([f.slope for f in fits]),
+            "calibration_intercept": _nanmedian([f.intercept for f in fits]),
             "reliability": fits[median_seed].bins}
         group_auroc[key] = {}
         for (attribute, group), mask in groups.items():  # every group, empty ones too: "too small" says nothing

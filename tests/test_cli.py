@@ -159,3 +159,16 @@ def test_a_server_that_does_not_start_in_time_is_one_message_naming_prefect_api_
 
     parser._subparsers._group_actions[0].choices["inspect"].set_defaults(func=slow_once)
     assert main(["inspect", "x.h5"]) == 0 and len(calls) == 2  # the retry succeeded
+
+
+def test_serve_names_a_missing_artifacts_directory_and_a_busy_port(tmp_path, capsys):
+    import socket
+
+    assert main(["serve", "--artifacts-dir", str(tmp_path / "none"), "--json"]) == 2
+    assert "is not a directory" in json.loads(capsys.readouterr().out)["error"]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["serve", "--artifacts-dir", str(tmp_path), "--port", str(port), "--json"]) == 2
+    assert "--port" in json.loads(capsys.readouterr().out)["error"]
