@@ -13,6 +13,8 @@ cell and seed. On a CUDA device those runs carry the ``gpu`` tag, which a concur
 
 from __future__ import annotations
 
+import time
+
 from prefect import flow
 from prefect.futures import wait
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -28,6 +30,7 @@ from tasks.release_budget import check_privacy_budget
 from tasks.report import write_report
 from tasks.run_directory import create_run_directory, run_lock
 from tasks.split import check_labels, split_cohort
+from tasks.stage_timing import StageClock
 from tasks.static_imputation import impute_static_table
 from tasks.train import fit_and_evaluate, fit_key, search_hyperparameters, trial_key
 from tasks.validate import validate_delivery
@@ -41,40 +44,59 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     """Train and evaluate the grid of ``config`` on a MIMIC-Extract file; return the run summary."""
     data, training = config.data, config.training
     window = dict(window_hours=data.window_hours, gap_hours=data.gap_hours, chunk_rows=data.chunk_rows)
-    run_dir = create_run_directory(config)
+    clock = StageClock()
+    with clock.stage("setup"):
+        run_dir = create_run_directory(config)
     with run_lock(run_dir):
         if config.versioning.dvc:
-            pull_inputs([str(data.hdf5_path)] + ([str(config.synthesis.path)] if config.synthesis else []))
-        ingest_extract(str(data.hdf5_path), run_dir, **window)
+            with clock.stage("dvc pull"):
+                pull_inputs([str(data.hdf5_path)] + ([str(config.synthesis.path)] if config.synthesis else []))
+        with clock.stage("ingest"):
+            ingest_extract(str(data.hdf5_path), run_dir, **window)
         checks, spec = config.validation, str(config.validation.spec) if config.validation.spec else None
-        report = validate_delivery(str(data.hdf5_path), run_dir, mimic_spec=spec,
-                                   stop_on_critical=checks.stop_on_critical,
-                                   chunk_rows=checks.chunk_rows, pages_url=config.pages.base_url) if checks.enabled \
-            else None
-        cohort = build_cohort(str(data.hdf5_path), run_dir, **window, validation_report=report, mimic_spec=spec)
-        manifest = split_cohort(cohort, config.split, run_dir)
-        check_labels(manifest, config.labels)
-        features = build_features(cohort, manifest, run_dir)
+        report = None
+        if checks.enabled:
+            with clock.stage("validate"):
+                report = validate_delivery(str(data.hdf5_path), run_dir, mimic_spec=spec,
+                                           stop_on_critical=checks.stop_on_critical, chunk_rows=checks.chunk_rows,
+                                           pages_url=config.pages.base_url)
+        with clock.stage("cohort"):
+            cohort = build_cohort(str(data.hdf5_path), run_dir, **window, validation_report=report, mimic_spec=spec)
+        with clock.stage("split"):
+            manifest = split_cohort(cohort, config.split, run_dir)
+            check_labels(manifest, config.labels)
+        with clock.stage("features"):
+            features = build_features(cohort, manifest, run_dir)
         if config.static_imputation is not None:
-            impute_static_table(str(data.hdf5_path), cohort, manifest, run_dir, config.static_imputation, spec)
+            with clock.stage("static imputation"):
+                impute_static_table(str(data.hdf5_path), cohort, manifest, run_dir, config.static_imputation, spec)
         if config.synthesis is not None:  # its own budget check stops it before any flow is trained
-            synthesize_ehr(config.synthesis_run(run_dir), config.device)
+            with clock.stage("synthesis"):
+                synthesize_ehr(config.synthesis_run(run_dir), config.device)
 
         cells = training.cells(config.labels)
-        reservations = check_privacy_budget(run_dir, cells, config)  # every release reserved, or the run stops
+        with clock.stage("budget check"):
+            reservations = check_privacy_budget(run_dir, cells, config)  # every release reserved, or the run stops
         tags = ["gpu"] if resolve_device(config.device).type == "cuda" else []
         search, fit = search_hyperparameters.with_options(tags=tags), fit_and_evaluate.with_options(tags=tags)
+        start = time.perf_counter()
         chosen = [search.submit(features, cell, training, config.privacy, run_dir,
                                 {k: v for k, v in reservations.items() if k.startswith(trial_key(cell, ""))},
                                 config.device) for cell in cells]
         runs = [fit.submit(features, cell, chosen[i], seed, training, config.privacy, run_dir,
                            reservations.get(fit_key(cell, seed)), config.device)
                 for i, cell in enumerate(cells) for seed in range(training.seeds_for(cell))]
+        wait(chosen)
+        searched = time.perf_counter()
+        clock.add("search", searched - start)  # the fits of early cells overlap it
         wait(runs)  # a failed fit leaves the others to finish (and enter the ledger) before the run stops
+        clock.add("fit (after the last search)", time.perf_counter() - searched)
         rows = [r.result() for r in runs]
-        summary = write_report(run_dir, rows, config.privacy, config.evaluation, config.pages)
+        summary = write_report(run_dir, rows, config.privacy, config.evaluation, config.pages, clock.seconds)
         if config.versioning.dvc:
-            summary["versioning"] = version_run(run_dir, config.versioning.push)
+            with clock.stage("version"):
+                summary["versioning"] = version_run(run_dir, config.versioning.push)
+        summary["stage_seconds"] = dict(clock.seconds, report=summary["stage_seconds"]["report"])
     return summary
 
 

@@ -182,7 +182,9 @@ def _cmd_run(args) -> int:
                          "synthesis.path at yours in --config, or pass --no-synthesis")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.pipeline import on_dask, pipeline
+    from tasks.pages import page_url
     from tasks.report import curve_check_lines, results_table
+    from tasks.stage_timing import timing_table
 
     flow = on_dask(args.dask_address, args.dask_workers) if (args.dask or args.dask_address) else pipeline
     summary = flow(config)
@@ -190,6 +192,10 @@ def _cmd_run(args) -> int:
     text = "\n".join([
         "", results_table(summary["results"]), "", summary["privacy_note"], "",
         *filter(None, [curve_check_lines(summary.get("dp_sgd_checks", [])).rstrip()]), f"figure: {summary['figure']}",
+        f"report (calibration, intervals, subgroups): {summary['report_html']}"
+        + (f" - `privehr serve`, then {page_url(summary['report_html'], config.artifacts_dir, config.pages.base_url)}"
+           if config.pages.base_url else ""),
+        "", "time per stage:", timing_table(summary["stage_seconds"]), "",
         f"run {summary['run_id']}: artifacts in {summary['run_dir']}/",
         f"  versioned with DVC: {versioning['dvc_file']}" if versioning.get("versioned")
         else f"  not versioned with DVC ({versioning.get('reason', 'disabled')})",

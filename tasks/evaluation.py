@@ -121,7 +121,7 @@ def evaluate_cells(run_dir: str | Path, runs: list[dict], config: EvaluationConf
               for label in sorted({k[0] for k in by_cell})}
     out.test_stays = int(len(next(iter(labels.values()))))
     group_auroc: dict[CellKey, dict] = {}  # CellKey -> group -> (median AUROC, replicates) or None
-    for key in sorted(by_cell, key=str):
+    for key in sorted(by_cell):
         label = key[0]
         y, w = labels[label], counts[label]
         rows = sorted(by_cell[key], key=lambda r: r["seed"])
@@ -189,7 +189,7 @@ def baseline_key(keys, medians: dict, label: str, model: str):
 def _privacy_cost(out: TestEvaluation, group_auroc: dict, confidence: float) -> list[dict]:
     medians = {k: c["auroc_median"] for k, c in out.cells.items()}
     rows = []
-    for key in sorted(group_auroc, key=str):
+    for key in sorted(group_auroc):
         if key[2] == "non_private":
             continue
         base = baseline_key(group_auroc, medians, key[0], key[1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from tasks.pages import page_url
 from tasks.privacy_ledger import read_ledger, short_dataset
 from tasks.report_html import inline_figures, write_report_html
 from tasks.run_logging import in_prefect_run
+from tasks.stage_timing import timing_table
 from tasks.synthesis_report import raw_accuracy
 
 __all__ = ["write_report", "results_table", "curve_check_lines", "evaluation_lines"]
@@ -131,7 +133,7 @@ def evaluation_lines(ev: TestEvaluation, config: EvaluationConfig) -> str:
              "| " + " | ".join(head + ["seeds", "AUROC", f"AUROC {level} CI", "seed range", f"AUPRC {level} CI", "Brier",
                                        f"Brier {level} CI", "ECE", "slope", "intercept"]) + " |",
              "|" + "---|" * (len(head) + 10)]
-    for key, c in sorted(ev.cells.items(), key=lambda kv: str(kv[0])):
+    for key, c in sorted(ev.cells.items()):
         lines.append("| " + " | ".join([*key[:4], _eps_cell(key[4]), f"{c['seeds_evaluated']}/{c['seeds']}",
                                         f"{c['auroc_median']:.3f}", _ci(c["auroc_ci"]),
                                         _ci(c["auroc_seed_range"]), _ci(c["auprc_ci"]), f"{c['brier']:.4f}",
@@ -149,7 +151,7 @@ def evaluation_lines(ev: TestEvaluation, config: EvaluationConfig) -> str:
                       f"with fewer than {config.min_group_stays} test stays, or fewer than {config.min_group_per_class} "
                       "of either class, is too small and gets no number; no group's size is published.", "",
                   "| " + " | ".join(head + names) + " |", "|" + "---|" * (len(head) + len(names))]
-        for key in sorted(ev.cells, key=str):
+        for key in sorted(ev.cells):
             cells = []
             for g in groups:
                 r = value.get((key, g))
@@ -158,7 +160,7 @@ def evaluation_lines(ev: TestEvaluation, config: EvaluationConfig) -> str:
             lines.append("| " + " | ".join([*key[:4], _eps_cell(key[4]), *cells]) + " |")
     if ev.privacy_cost:
         cost = {(cell_key(r), (r["attribute"], r["group"])): r for r in ev.privacy_cost}
-        keys = sorted({cell_key(r) for r in ev.privacy_cost}, key=str)
+        keys = sorted({cell_key(r) for r in ev.privacy_cost})
         names = [f"{a}: {g}" for a, g in groups]
         lines += ["", "## Privacy cost by subgroup\n\nThe non-private baseline's AUROC (best loss) minus the private "
                       f"cell's, per group, with its paired {level} interval (both scored on the same resamples): "
@@ -221,8 +223,13 @@ def _synthesis_lines(run_dir: Path) -> str:
 
 @task(name="report")
 def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = PrivacyConfig(),
-                 evaluation: EvaluationConfig = EvaluationConfig(), pages: PagesConfig = PagesConfig()) -> dict:
-    """Write results_runs.csv, results.csv, results.md, report.html, the figures and metrics.json."""
+                 evaluation: EvaluationConfig = EvaluationConfig(), pages: PagesConfig = PagesConfig(),
+                 stage_seconds: dict[str, float] | None = None) -> dict:
+    """Write results_runs.csv, results.csv, results.md, report.html, the figures and metrics.json.
+
+    ``stage_seconds``: the wall time of the flow's stages so far; the report's own (up to writing
+    metrics.json) is added, and the table goes into results.md and metrics.json."""
+    start = time.perf_counter()
     run_dir = Path(run_dir)
     frame = pd.DataFrame(runs)
     frame.to_csv(run_dir / "results_runs.csv", index=False)
@@ -239,7 +246,7 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
     ev = evaluate_cells(run_dir, runs, evaluation)
     checks = check_dp_sgd_curves(frame, ev.auroc_replicates, evaluation.confidence) if len(frame) else []
     evaluated = [{"label": k[0], "model": k[1], "method": k[2], "loss": k[3], "target_epsilon": k[4], **c}
-                 for k, c in sorted(ev.cells.items(), key=lambda kv: str(kv[0]))]
+                 for k, c in sorted(ev.cells.items())]
     reliability = plot_reliability(evaluated, run_dir / "calibration.png")
     subgroup_figure = plot_subgroup_cost(ev.privacy_cost, run_dir / "subgroup_privacy_cost.png")
     table = results_table(rows)
@@ -253,11 +260,19 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
                 f"{cohort['exclusions']}. Split (stays): train {split['train']['stays']}, dev "
                 f"{split['dev']['stays']}, test {split['test']['stays']}.\n\n{_validation_lines(run_dir, pages)}"
                 f"{ledger_text}{_synthesis_lines(run_dir)}Artifacts: `{run_dir}`\n")
+    stages = dict(stage_seconds or {})
+    stages["report"] = round(time.perf_counter() - start, 3)  # up to here: writing the files below is quick
+    fit_seconds = float(frame["fit_seconds"].sum()) if "fit_seconds" in frame else None
+    markdown += (f"\n## Time per stage\n\nWall seconds of each stage of this run (search: from the first search "
+                 "to the last; the fits of early cells overlap it)"
+                 + (f"; the fits' own times add up to {fit_seconds:.0f} s over {len(frame)} fits" if fit_seconds
+                    else "") + ".\n\n```\n" + timing_table(stages) + "\n```\n")
     (run_dir / "results.md").write_text(markdown)
     html_path = write_report_html(run_dir, markdown, f"privehr run {run_dir.name}")
     result = {"run_id": run_dir.name, "run_dir": str(run_dir), "results": rows, "runs": len(runs),
               "figure": str(figure), "expm_boxplots": str(boxplots) if boxplots else None, "privacy_note": note,
               "dp_sgd_checks": checks, "privacy_ledger": ledger_total, "report_html": str(html_path),
+              "stage_seconds": stages, "fit_task_seconds": fit_seconds,
               "evaluation": {"test_stays": ev.test_stays, "confidence": evaluation.confidence,
                              "bootstrap_resamples": evaluation.bootstrap_resamples, "cells": evaluated,
                              "subgroups": ev.subgroups, "privacy_cost": ev.privacy_cost, "not_evaluated": ev.missing},

@@ -78,6 +78,11 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
     for section in ("## Uncertainty and calibration", "## Subgroups", "## Privacy cost by subgroup",
                     "calibration.png"):
         assert section in report, section
+    stages = metrics["stage_seconds"]
+    assert list(stages) == ["setup", "ingest", "validate", "cohort", "split", "features", "budget check", "search",
+                            "fit (after the last search)", "report"] and all(v >= 0 for v in stages.values())
+    assert summary["stage_seconds"]["report"] == stages["report"] and "## Time per stage" in report
+    assert metrics["fit_task_seconds"] == pytest.approx(sum(r["fit_seconds"] for r in _fit_rows(run_dir)))
     page = (run_dir / "report.html").read_text()
     assert "<table>" in page and "data:image/png;base64," in page and 'src="calibration.png"' not in page
     assert json.loads((run_dir / "ingest.json").read_text())["sha256"] == before
@@ -85,6 +90,11 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
     assert PipelineConfig.model_validate_json((run_dir / "config.json").read_text()) == config
     assert os.listdir(run_dir / "intermediate")  # patient-level data stays in the run, not in Prefect
     json.loads((run_dir / "metrics.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in metrics.json"))
+
+
+def _fit_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text())["value"] for p in (run_dir / "models").glob("*.json")
+            if not p.name.endswith(".draws.json")]
 
 
 def test_invalid_parameters_are_refused_before_running():
