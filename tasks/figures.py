@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -123,8 +124,12 @@ def plot_reliability(cells: list[dict], path: Path) -> Path | None:
     if not cells:
         return None
     panels = sorted({(c["label"], c["model"]) for c in cells})
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.0), squeeze=False)
-    for ax, (label, model) in zip(axes[0], panels):
+    ncols = min(len(panels), 4)
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 4.4 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (label, model) in zip(axes.flat, panels):
         for c in cells:
             if (c["label"], c["model"]) != (label, model):
                 continue
@@ -146,17 +151,21 @@ def plot_reliability(cells: list[dict], path: Path) -> Path | None:
 
 
 def plot_subgroup_cost(costs: list[dict], path: Path) -> Path | None:
-    """Privacy cost (non-private minus DP AUROC) per subgroup and epsilon with its paired interval, one panel
-    per DP (label, model, method, loss); a cost whose interval holds 0 is hatched; groups too small to report
-    are left out."""
-    rows = [r for r in costs if r["cost"] is not None]
+    """Privacy cost (non-private minus DP-SGD AUROC) per subgroup and epsilon with its paired interval, one
+    panel per (label, model, loss); a cost whose interval holds 0 is hatched; groups too small to report are
+    left out (ExpM+NF's costs are in the table only)."""
+    rows = [r for r in costs if r["cost"] is not None and r["method"] == "dp_sgd"]
     if not rows:
         return None
     frame = pd.DataFrame(rows)
     frame["group_name"] = frame["attribute"] + ": " + frame["group"]
     panels = list(frame[["label", "model", "method", "loss"]].drop_duplicates().itertuples(index=False))
-    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.4 * len(panels)), squeeze=False)
-    for ax, (label, model, method, loss) in zip(axes[:, 0], panels):
+    ncols = min(len(panels), 2)
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(8 * ncols, 3.6 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (label, model, method, loss) in zip(axes.flat, panels):
         part = frame[(frame["label"] == label) & (frame["model"] == model) & (frame["method"] == method)
                      & (frame["loss"] == loss)]
         names = list(dict.fromkeys(part["group_name"]))
@@ -167,7 +176,7 @@ def plot_subgroup_cost(costs: list[dict], path: Path) -> Path | None:
             cost = np.array([at["cost"].get(n, np.nan) for n in names], float)
             ci = np.array([at["cost_ci"].get(n, [np.nan, np.nan]) for n in names], float)
             beyond = [bool(at["cost_beyond_noise"].get(n, False)) for n in names]
-            bars = ax.bar(np.arange(len(names)) + i * width, cost, width, label=_eps_text(eps),
+            bars = ax.bar(np.arange(len(names)) + i * width, cost, width, color=f"C{i}",
                           yerr=np.abs(np.vstack([cost - ci[:, 0], ci[:, 1] - cost])), capsize=2,
                           error_kw={"linewidth": 0.7})
             for bar, solid in zip(bars, beyond):
@@ -177,9 +186,9 @@ def plot_subgroup_cost(costs: list[dict], path: Path) -> Path | None:
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=30, ha="right", fontsize=7)
         ax.set_ylabel("non-private - private AUROC\n(hatched: interval holds 0)", fontsize=8)
+        ax.legend(handles=[Patch(color=f"C{i}", label=_eps_text(eps)) for i, eps in enumerate(epsilons)], fontsize=7)
         ax.set_title(f"privacy cost by subgroup: {label}, {model.replace('_', ' ')}, "
                      f"{METHOD_LABELS.get(method, method)} ({loss})", fontsize=9)
-        ax.legend(fontsize=7)
         ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
