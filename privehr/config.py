@@ -419,7 +419,10 @@ class PipelineConfig(_Strict):
     @model_validator(mode="after")
     def _one_privacy_section(self):
         if self.synthesis is not None:
-            shared = self.synthesis.privacy.model_fields_set - {"dataset_id"}
+            # a field set to its default changes nothing (and every field is set in a saved config.json)
+            given = self.synthesis.privacy
+            shared = [f for f in given.model_fields_set - {"dataset_id"}
+                      if getattr(given, f) != type(given).model_fields[f].get_default(call_default_factory=True)]
             if shared:
                 raise ValueError(f"synthesis.privacy.{sorted(shared)[0]}: the synthesis subflow uses the pipeline's "
                                  "privacy settings; set them under privacy (synthesis.privacy takes only dataset_id, "

@@ -172,3 +172,17 @@ def test_serve_names_a_missing_artifacts_directory_and_a_busy_port(tmp_path, cap
         port = busy.getsockname()[1]
         assert main(["serve", "--artifacts-dir", str(tmp_path), "--port", str(port), "--json"]) == 2
     assert "--port" in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_every_profile_survives_its_own_config_json():
+    """A run's config.json is read back by --resume and by privehr audit: the demo profile (with its synthesis
+    subflow) once could not be, because every field of synthesis.privacy is set in the saved JSON."""
+    from privehr.config import PROFILES, PipelineConfig, load_config
+
+    for profile in PROFILES:
+        config = load_config(None, profile)
+        for privacy in ({}, {"budget_epsilon": 5.0, "delta": 1e-6}):
+            saved = config.model_copy(update={"privacy": config.privacy.model_copy(update=privacy)})
+            assert PipelineConfig.model_validate_json(saved.model_dump_json()) == saved, profile
+    with pytest.raises(ValueError, match="synthesis.privacy.budget_epsilon"):
+        PipelineConfig.model_validate({"synthesis": {"path": "x.csv", "privacy": {"budget_epsilon": 3}}})
