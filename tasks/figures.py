@@ -18,6 +18,23 @@ __all__ = ["plot_auroc_vs_epsilon", "plot_expm_boxplots", "plot_synthesis_utilit
 METHOD_LABELS = {"dp_sgd": "DP-SGD", "expm_nf": "ExpM+NF (eps~, no proven DP)"}
 
 
+def _save(fig, path: Path, dpi: int = 120) -> None:
+    """Lay out, write (creating the directory) and close a figure."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+def _dress(ax, xlabel: str, ylabel: str, label: str, model: str, legend_size: int) -> None:
+    """Axis labels, the (label, model) title, a light grid and the legend of one panel."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{label}, {model.replace('_', ' ')}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+
+
 def plot_auroc_vs_epsilon(summary: pd.DataFrame, path: Path) -> Path:
     """Median test AUROC against epsilon, one panel per (label, model), as seed 000's Figures 2-3.
 
@@ -38,15 +55,8 @@ def plot_auroc_vs_epsilon(summary: pd.DataFrame, path: Path) -> Path:
         if len(baseline):
             ax.axhline(baseline["auroc_median"].max(), linestyle="--", color="black", label="non-private")
         ax.set_xscale("log")
-        ax.set_xlabel("target epsilon (eps~ for ExpM+NF)")
-        ax.set_ylabel("median test AUROC")
-        ax.set_title(f"{label}, {model.replace('_', ' ')}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        _dress(ax, "target epsilon (eps~ for ExpM+NF)", "median test AUROC", label, model, legend_size=7)
+    _save(fig, path)
     return path
 
 
@@ -66,9 +76,7 @@ def plot_expm_boxplots(draws: pd.DataFrame, path: Path) -> Path | None:
         ax.set_ylabel("test AUROC of each draw")
         ax.set_title(f"ExpM+NF: {label}, {model.replace('_', ' ')}")
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
     return path
 
 
@@ -86,9 +94,7 @@ def plot_synthesis_utility(results: pd.DataFrame, originals: pd.DataFrame, budge
         ax.set_xticks(range(len(budgets)), budgets, rotation=30)
         ax.set_title(name, fontsize=9)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
     return path
 
 
@@ -109,9 +115,7 @@ def plot_marginals(real: pd.DataFrame, synthetic: pd.DataFrame, path: Path, titl
         ax.axis("off")
     axes[0, 0].legend(fontsize=6)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path, dpi=110)
     return path
 
 
@@ -139,14 +143,8 @@ def plot_reliability(cells: list[dict], path: Path) -> Path | None:
                     label=f"{METHOD_LABELS.get(c['method'], c['method'].replace('_', '-'))} ({c['loss']}), "
                           f"{_eps_text(c['target_epsilon'])}: ECE {c['ece']:.3f}")
         ax.plot([0, 1], [0, 1], "k:", label="perfect calibration")
-        ax.set_xlabel("mean predicted probability (bin)")
-        ax.set_ylabel("observed rate (bin)")
-        ax.set_title(f"{label}, {model.replace('_', ' ')}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        _dress(ax, "mean predicted probability (bin)", "observed rate (bin)", label, model, legend_size=6)
+    _save(fig, path)
     return path
 
 
@@ -190,7 +188,5 @@ def plot_subgroup_cost(costs: list[dict], path: Path) -> Path | None:
         ax.set_title(f"privacy cost by subgroup: {label}, {model.replace('_', ' ')}, "
                      f"{METHOD_LABELS.get(method, method)} ({loss})", fontsize=9)
         ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path, dpi=110)
     return path
