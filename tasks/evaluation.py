@@ -171,12 +171,20 @@ def evaluate_cells(run_dir: str | Path, runs: list[dict], config: EvaluationConf
     return out
 
 
+def _r(value):
+    """A group's statistic rounded to 3 decimals: an exact AUROC is a fraction over positives x negatives, and
+    its denominator would give the group's size away (and a suppressed one's by subtraction)."""
+    if value is None:
+        return None
+    return [_r(v) for v in value] if isinstance(value, (list, tuple)) else round(float(value), 3)
+
+
 def _group_row(key, attribute, group, auroc, interval) -> dict:
     """A group's row: no size, no count (a size published beside a suppressed group's would give it away by
-    subtraction), only the AUROC and its interval, or "too small"."""
+    subtraction), only the AUROC and its interval, rounded, or "too small"."""
     return {"label": key[0], "model": key[1], "method": key[2], "loss": key[3], "target_epsilon": key[4],
-            "attribute": attribute, "group": group, "too_small": auroc is None, "auroc": auroc,
-            "auroc_ci": interval}
+            "attribute": attribute, "group": group, "too_small": auroc is None, "auroc": _r(auroc),
+            "auroc_ci": _r(interval)}
 
 
 def baseline_key(keys, medians: dict, label: str, model: str):
@@ -203,7 +211,8 @@ def _privacy_cost(out: TestEvaluation, group_auroc: dict, confidence: float) -> 
             if private is not None and reference is not None:
                 # paired: the baseline and the private cell are scored on the same resamples
                 interval = percentile_interval(reference[1] - private[1], confidence)
-                row.update(non_private_auroc=reference[0], private_auroc=private[0], cost=reference[0] - private[0],
-                           cost_ci=list(interval), cost_beyond_noise=bool(interval[0] > 0 or interval[1] < 0))
+                row.update(non_private_auroc=_r(reference[0]), private_auroc=_r(private[0]),
+                           cost=_r(reference[0] - private[0]), cost_ci=_r(interval),
+                           cost_beyond_noise=bool(interval[0] > 0 or interval[1] < 0))
             rows.append(row)
     return rows

@@ -59,22 +59,23 @@ def is_page(parts: tuple[str, ...]) -> bool:
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
-    def _parts(self) -> tuple[str, ...] | None:
-        """The request's path relative to the root after resolving links, or None where it leaves the root."""
+    def _real_parts(self, path: str) -> tuple[str, ...] | None:
+        """``path``'s parts relative to the root after resolving links, or None where it leaves the root."""
         root = Path(self.directory).resolve()
-        target = Path(os.path.realpath(self.translate_path(self.path)))
         try:
-            return target.relative_to(root).parts
-        except ValueError:
+            return Path(os.path.realpath(path)).relative_to(root).parts
+        except ValueError:  # outside the root, or a name the OS refuses (a NUL byte)
             return None
 
     def send_head(self):
-        parts = self._parts()
+        target = self.translate_path(self.path)
+        parts = self._real_parts(target)
         if parts == ():
             return self.list_directory(self.directory)
-        target = Path(self.translate_path(self.path))
-        if parts is None or not (is_page(parts) or (target.is_dir() and (target / "index.html").is_file()
-                                                      and is_page(parts + ("index.html",)))):
+        if parts is not None and os.path.isdir(target):
+            # a directory shows its index.html, which must itself be a page once its links are resolved
+            parts = self._real_parts(os.path.join(target, "index.html"))
+        if parts is None or not is_page(parts):
             self.send_error(404, "not a page privehr serve shows (reports, figures, Data Docs)")
             return None
         return super().send_head()

@@ -81,18 +81,21 @@ def curve_check_lines(checks: list[dict]) -> str:
         curve = ", ".join("nan" if a is None else f"{a:.3f}" for a in c["auroc_medians"])
         baseline = "none" if c["non_private_baseline"] is None else f"{c['non_private_baseline']:.3f}"
         eps = ", ".join(f"{e:g}" for e in c["epsilons"])
+        within = c.get("above_baseline_within_intervals") or []
         if c["not_finite"]:
             below = "FLAGGED: AUROC not finite at epsilon " + ", ".join(f"{e:g}" for e in c["not_finite"])
-        elif c.get("above_baseline_within_intervals"):
-            below = ("at or above the baseline's median at epsilon " + ", ".join(
-                f"{e:g}" for e in c["above_baseline_within_intervals"]) + ", within the bootstrap intervals "
-                "(not flagged)")
-        elif c["below_baseline"]:
-            below = "below the baseline"
         elif c["at_or_above_baseline"]:
             below = "FLAGGED: at or above the baseline at epsilon " + ", ".join(f"{e:g}" for e in c["at_or_above_baseline"])
+        elif within:
+            below = "at or above the baseline's median"
+        elif c["below_baseline"]:
+            below = "below the baseline"
         else:
             below = "FLAGGED: no non-private baseline to compare with"
+        if within:
+            note = "at epsilon " + ", ".join(f"{e:g}" for e in within) + " within the bootstrap intervals (not flagged)"
+            below = f"{below}; at or above the baseline's median {note}" if below.startswith("FLAGGED") else \
+                f"{below} {note}"
         if c["decreases"]:
             drops = "FLAGGED: decrease beyond seed noise " + ", ".join(
                 f"{d['from']:g} -> {d['to']:g} ({d['auroc_from']:.3f} -> {d['auroc_to']:.3f})" for d in c["decreases"])

@@ -32,6 +32,9 @@ def served(tmp_path):
     (run / "inter_link").symlink_to(run / "intermediate")
     (run / "Intermediate.png").symlink_to(run / "intermediate" / "cohort.npz")
     (run / "outside.png").symlink_to(tmp_path / "privacy_ledger.jsonl.key")
+    linked = run / "validation" / "linked" / "gx" / "uncommitted" / "data_docs" / "local_site"
+    linked.mkdir(parents=True)
+    (linked / "index.html").symlink_to(run / "intermediate" / "cohort.npz")  # an index that is not a page
     server = serve_artifacts(tmp_path, port=0, background=True)
     yield f"http://127.0.0.1:{server.server_address[1]}", tmp_path
     server.shutdown()
@@ -51,7 +54,9 @@ def test_pages_are_served_and_patient_level_files_are_not(served):
                  "run-1/synthesis/intermediate/train_0.csv", "run-1/%69ntermediate/cohort.npz", "run-1/.lock",
                  "run-1/intermediate/", "run-1/", "run-1/split_manifest.json", "run-1/models/cell-seed0.pt",
                  "privacy_ledger.jsonl", "privacy_ledger.jsonl.key", "run-1/inter_link/cohort.npz",
-                 "run-1/Intermediate.png", "run-1/outside.png", "run-1/validation/",
+                 "run-1/Intermediate.png", "run-1/outside.png", "run-1/validation/", "run-1/report.html%00.png",
+                 "run-1/validation/linked/gx/uncommitted/data_docs/local_site/",
+                 "run-1/validation/linked/gx/uncommitted/data_docs/local_site/index.html",
                  "run-1/report.html/../intermediate/cohort.npz"):
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"{url}/{path}", timeout=10)
