@@ -57,8 +57,12 @@ def test_steward_flow_reports_every_delivery_and_fails_on_a_critical_one(tmp_pat
         assert Path(report["data_docs"]).is_file()
     artifacts = _artifacts(state.state_details.flow_run_id)
     kinds = sorted(a.description for a in artifacts)
-    assert kinds == ["Great Expectations Data Docs of this validation"] * 3 + ["failed expectations"] * 3 + \
-        ["validation summary"] * 3
+    docs = "Great Expectations Data Docs of this validation (served at http://127.0.0.1:8765 by `privehr serve`)"
+    assert kinds == [docs] * 3 + ["failed expectations"] * 3 + ["validation summary"] * 3
+    # the links point where privehr serve (pages.base_url) serves the artifacts directory, not at file://
+    links = sorted(a.data for a in artifacts if a.description == docs)
+    assert all("](http://127.0.0.1:8765/steward/validation/" in link and "/data_docs/local_site/index.html)" in link
+               for link in links), links
     summaries = [a.data for a in artifacts if a.description == "validation summary"]
     assert sum("FAILED (critical)" in s for s in summaries) == 1
     assert not (run_dir / "models").exists()  # stewards' flow trains nothing
