@@ -93,10 +93,11 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
         clock.add("fit (after the last search)", time.perf_counter() - searched)
         rows = [r.result() for r in runs]
         summary = write_report(run_dir, rows, config.privacy, config.evaluation, config.pages, clock.seconds)
+        clock.add("report", summary["stage_seconds"]["report"])
         if config.versioning.dvc:
             with clock.stage("version"):
                 summary["versioning"] = version_run(run_dir, config.versioning.push)
-        summary["stage_seconds"] = dict(clock.seconds, report=summary["stage_seconds"]["report"])
+        summary["stage_seconds"] = clock.seconds
     return summary
 
 

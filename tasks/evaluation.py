@@ -35,7 +35,6 @@ from models.calibration import calibration
 from models.cohort import DEMOGRAPHICS, LABELS
 from models.subgroups import large_enough, subgroups
 from privehr.config import Cell, EvaluationConfig
-from tasks.cohort import load_cohort
 from tasks.features import load_split
 from tasks.run_directory import INTERMEDIATE
 
@@ -85,10 +84,12 @@ class TestEvaluation:
 
 def _test_data(run_dir: Path):
     test = load_split(str(run_dir / INTERMEDIATE), "test")
-    cohort = load_cohort(str(run_dir / INTERMEDIATE / "cohort.npz"))
-    position = {int(s): i for i, s in enumerate(cohort["icustay_id"])}
+    with np.load(run_dir / INTERMEDIATE / "cohort.npz") as cohort:  # not the hourly window: the ids and columns
+        ids = cohort["icustay_id"]
+        columns = {c: cohort[c] for c in DEMOGRAPHICS if c in cohort.files}
+    position = {int(s): i for i, s in enumerate(ids)}
     rows = np.array([position[int(s)] for s in test["icustay_id"]])
-    demographics = {c: cohort[c][rows] for c in DEMOGRAPHICS if c in cohort}
+    demographics = {c: values[rows] for c, values in columns.items()}
     labels = {str(name): test["labels"][:, j].astype(int) for j, name in enumerate(test["label_names"])}
     return labels, demographics
 

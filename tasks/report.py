@@ -117,6 +117,17 @@ def _eps_cell(eps) -> str:
     return "inf" if eps is None or not np.isfinite(eps) else f"{eps:g}"
 
 
+def _group_table(head: list[str], groups: list[tuple[str, str]], rows: list[dict], cell) -> list[str]:
+    """A Markdown table with a row per grid cell of ``rows`` and a column per group; ``cell(row)`` is the text
+    of one entry, None for "too small"."""
+    by = {(cell_key(r), (r["attribute"], r["group"])): r for r in rows}
+    lines = ["| " + " | ".join(head + [f"{a}: {g}" for a, g in groups]) + " |", "|" + "---|" * (len(head) + len(groups))]
+    for key in sorted({cell_key(r) for r in rows}):
+        texts = ["" if (key, g) not in by else (cell(by[key, g]) or "too small") for g in groups]
+        lines.append("| " + " | ".join([*key[:4], _eps_cell(key[4]), *texts]) + " |")
+    return lines
+
+
 def evaluation_lines(ev: TestEvaluation, config: EvaluationConfig) -> str:
     """Markdown: intervals and calibration per cell, AUROC by subgroup, privacy cost by subgroup."""
     if not ev.cells:
@@ -147,36 +158,19 @@ def evaluation_lines(ev: TestEvaluation, config: EvaluationConfig) -> str:
                       "were kept): " + ", ".join(ev.missing)]
     groups = list(dict.fromkeys((r["attribute"], r["group"]) for r in ev.subgroups))
     if groups:
-        names = [f"{a}: {g}" for a, g in groups]
-        value = {(cell_key(r), (r["attribute"], r["group"])): r for r in ev.subgroups}
         lines += ["", f"## Subgroups\n\nMedian test AUROC over seeds by sex, age band and ethnicity (MIMIC-Extract's "
                       f"`patients`), with its {level} interval (the same resamples, restricted to the group). A group "
                       f"with fewer than {config.min_group_stays} test stays, or fewer than {config.min_group_per_class} "
                       "of either class, is too small and gets no number; no group's size is published.", "",
-                  "| " + " | ".join(head + names) + " |", "|" + "---|" * (len(head) + len(names))]
-        for key in sorted(ev.cells):
-            cells = []
-            for g in groups:
-                r = value.get((key, g))
-                cells.append("" if r is None else "too small" if r["too_small"] else
-                             f"{r['auroc']:.3f} {_ci(r['auroc_ci'])}")
-            lines.append("| " + " | ".join([*key[:4], _eps_cell(key[4]), *cells]) + " |")
+                  *_group_table(head, groups, ev.subgroups, lambda r: None if r["too_small"] else
+                                f"{r['auroc']:.3f} {_ci(r['auroc_ci'])}")]
     if ev.privacy_cost:
-        cost = {(cell_key(r), (r["attribute"], r["group"])): r for r in ev.privacy_cost}
-        keys = sorted({cell_key(r) for r in ev.privacy_cost})
-        names = [f"{a}: {g}" for a, g in groups]
         lines += ["", "## Privacy cost by subgroup\n\nThe non-private baseline's AUROC (best loss) minus the private "
                       f"cell's, per group, with its paired {level} interval (both scored on the same resamples): "
                       "positive means the group lost utility to privacy (Suriyakumar et al. 2021); * marks a cost "
                       "whose interval excludes 0.", "",
-                  "| " + " | ".join(head + names) + " |", "|" + "---|" * (len(head) + len(names))]
-        for key in keys:
-            cells = []
-            for g in groups:
-                r = cost.get((key, g))
-                cells.append("" if r is None else "too small" if r["cost"] is None else
-                             f"{r['cost']:+.3f}{'*' if r['cost_beyond_noise'] else ''} {_ci(r['cost_ci'])}")
-            lines.append("| " + " | ".join([*key[:4], _eps_cell(key[4]), *cells]) + " |")
+                  *_group_table(head, groups, ev.privacy_cost, lambda r: None if r["cost"] is None else
+                                f"{r['cost']:+.3f}{'*' if r['cost_beyond_noise'] else ''} {_ci(r['cost_ci'])}")]
     return "\n".join(lines) + "\n\n"
 
 
@@ -271,7 +265,8 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
                  + (f"; the fits' own times add up to {fit_seconds:.0f} s over {len(frame)} fits" if fit_seconds
                     else "") + ".\n\n```\n" + timing_table(stages) + "\n```\n")
     (run_dir / "results.md").write_text(markdown)
-    html_path = write_report_html(run_dir, markdown, f"privehr run {run_dir.name}")
+    inlined = inline_figures(markdown, run_dir)  # report.html and the Prefect UI cannot reach the run directory
+    html_path = write_report_html(run_dir, inlined, f"privehr run {run_dir.name}")
     result = {"run_id": run_dir.name, "run_dir": str(run_dir), "results": rows, "runs": len(runs),
               "figure": str(figure), "expm_boxplots": str(boxplots) if boxplots else None, "privacy_note": note,
               "dp_sgd_checks": checks, "privacy_ledger": ledger_total, "report_html": str(html_path),
@@ -284,8 +279,7 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
     if in_prefect_run():
         create_table_artifact([{c: _cell(r.get(c)) for c in COLUMNS} for r in rows], key="privehr-results",
                               description=f"Median test metrics of run {run_dir.name}. {note}")
-        create_markdown_artifact(inline_figures(markdown, run_dir),  # the UI cannot reach the run directory
-                                 key="privehr-run-summary", description=f"Run {run_dir.name}")
+        create_markdown_artifact(inlined, key="privehr-run-summary", description=f"Run {run_dir.name}")
         create_link_artifact(page_url(html_path, run_dir.parent, pages.base_url), link_text=f"report of {run_dir.name}",
                              key="privehr-run-report", description="The run's report (tables, figures, privacy, "
                              "validation) as one page" + (f"; served at {pages.base_url} by `privehr serve`"

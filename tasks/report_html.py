@@ -1,7 +1,7 @@
 """``report.html``: a run's report as one self-contained page (figures inlined), for a person to read.
 
 The page is ``results.md`` rendered (Python-Markdown, tables extension) with every local figure embedded
-as a data URI, so it opens anywhere: from ``privehr serve``, a static site, or an e-mail attachment.
+as a data URI (the same inlined Markdown the Prefect artifact shows), so it opens anywhere: from ``privehr serve``, a static site, or an e-mail attachment.
 """
 
 from __future__ import annotations
@@ -21,17 +21,6 @@ th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#f3f3
 td:first-child,th:first-child{text-align:left}img{max-width:100%}code{background:#f3f3f3}"""
 
 
-def _inline_images(body: str, directory: Path) -> str:
-    def inline(match):
-        src = match.group(1)
-        path = directory / src
-        if "/" in src or not path.is_file() or path.suffix.lower() != ".png":
-            return match.group(0)
-        return f'src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}"'
-
-    return re.sub(r'src="([^"]+)"', inline, body)
-
-
 def inline_figures(markdown_text: str, directory: str | Path) -> str:
     """Markdown whose local figures ``![alt](name.png)`` are data URIs (for the Prefect UI)."""
     def inline(match):
@@ -44,11 +33,12 @@ def inline_figures(markdown_text: str, directory: str | Path) -> str:
 
 
 def write_report_html(run_dir: str | Path, markdown_text: str, title: str) -> Path:
-    """Render ``markdown_text`` (figures named relative to ``run_dir``) to ``run_dir/report.html``."""
+    """Render ``markdown_text`` (its figures already inlined by :func:`inline_figures`) to
+    ``run_dir/report.html``."""
     run_dir = Path(run_dir)
     body = md.markdown(markdown_text, extensions=["tables"])
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_STYLE}</style></head><body>{_inline_images(body, run_dir)}</body></html>")
+            f"<style>{_STYLE}</style></head><body>{body}</body></html>")
     out = run_dir / "report.html"
     out.write_text(page)
     return out
