@@ -9,7 +9,7 @@ Minimises the mean negative log-likelihood -1/b sum_i log p_theta(x_i) over Pois
 q) by DP-SGD: each per-sample gradient clipped to norm C, Gaussian noise N(0, sigma^2 C^2 I) added to
 the sum, divided by the expected batch q n. sigma, q, T and C come from the release's
 :class:`~models.release_plan.ReleasePlan`; the trainer takes exactly its T steps. Per-sample
-clipping by ghost clipping of the masked layers (:mod:`models.masked_clipping`, the default) or by
+clipping by ghost clipping (:mod:`models.ghost_clipping`, the default) or by
 Opacus (hooks with privehr's masked-linear rule, or its functorch fallback); Poisson sampling either
 way. The noise and the sampling come from the release's :class:`~models.randomness.NoiseSource`
 (OS entropy unless reproducible noise was asked for), the noise drawn as four summed Gaussians.
@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import models.grad_samplers  # noqa: F401  (registers the MaskedLinear rule for the Opacus paths)
 from models.dp_sgd import check_accounted, endless, make_private_poisson
-from models.masked_clipping import clipped_gradient_sum
+from models.ghost_clipping import clipped_gradient_sum
 from models.noisy_step import poisson_batch, set_noised_gradients
 from models.randomness import NoiseSource
 from models.release_plan import ReleasePlan
@@ -89,13 +89,13 @@ def _plain_steps(flow, x, hp, optimizer):
             yield float(loss.detach()), len(idx)
 
 
-def _masked_steps(flow, x, optimizer, plan: ReleasePlan, noise: NoiseSource):
-    """DP-SGD by ghost clipping (:mod:`models.masked_clipping`): Poisson batches, clipped sum, N(0, sigma^2 C^2)."""
+def _ghost_steps(flow, x, optimizer, plan: ReleasePlan, noise: NoiseSource):
+    """DP-SGD by ghost clipping (:mod:`models.ghost_clipping`): Poisson batches, clipped sum, N(0, sigma^2 C^2)."""
     sampler = noise.torch_generator("sampling")
     generator = noise.torch_generator("noise", x.device)
     while True:
         xb = poisson_batch(x, plan, sampler)
-        losses, _, sums = clipped_gradient_sum(flow, _nll, xb, plan.max_grad_norm)
+        losses, _, sums = clipped_gradient_sum(flow, _nll, (xb,), plan.max_grad_norm)
         set_noised_gradients(sums, plan, generator)
         optimizer.step()
         yield float(losses.mean()) if len(xb) else 0.0, len(xb)
@@ -119,11 +119,11 @@ def _opacus_steps(flow, x, optimizer, plan: ReleasePlan, noise: NoiseSource, mod
 
 def train_density(flow: nn.Module, x: torch.Tensor, hp: DensityHyperparameters = DensityHyperparameters(),
                   plan: ReleasePlan | None = None, noise: NoiseSource | None = None,
-                  grad_sample_mode: str = "masked", log_every: int = 100, progress=None) -> DensityRelease:
+                  grad_sample_mode: str = "ghost", log_every: int = 100, progress=None) -> DensityRelease:
     """Fit ``flow`` (with ``log_prob``) to the rows of ``x`` in place: DP-SGD by ``plan``, or non-private if None.
 
-    ``grad_sample_mode``: "masked" (ghost clipping; every trainable parameter must sit in a masked
-    linear layer) or an Opacus mode, "hooks" or "functorch". All three clip, noise and sample alike.
+    ``grad_sample_mode``: "ghost" (ghost clipping; every trainable parameter must sit in a layer with a
+    rule, as the MAF's masked linear layers do) or an Opacus mode, "hooks" or "functorch". All three clip, noise and sample alike.
     ``noise`` (default: OS entropy) gives the DP noise and Poisson sampling. ``progress(done, total)``,
     if given, is called every ``log_every`` steps.
     """
@@ -139,7 +139,7 @@ def train_density(flow: nn.Module, x: torch.Tensor, hp: DensityHyperparameters =
             raise ValueError(f"the plan is for {plan.n} records, the data has {n}")
         noise = noise if noise is not None else NoiseSource.secret()
         total_steps = plan.steps
-        steps = (_masked_steps(flow, x, optimizer, plan, noise) if grad_sample_mode == "masked"
+        steps = (_ghost_steps(flow, x, optimizer, plan, noise) if grad_sample_mode == "ghost"
                  else _opacus_steps(flow, x, optimizer, plan, noise, grad_sample_mode, accounted))
     history = run_steps(steps, total_steps, log_every, progress, "train_nll")
     if plan is None:

@@ -1,4 +1,4 @@
-"""DP-SGD (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016) with Opacus.
+"""DP-SGD (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016).
 
 Each of the plan's T steps samples every training example independently with probability q,
 clips each per-sample gradient g_i to norm C, and updates with
@@ -7,13 +7,25 @@ clips each per-sample gradient g_i to norm C, and updates with
 
 (mean loss reduction over the *expected* batch size q n). sigma, q and T come from the release's
 :class:`~models.release_plan.ReleasePlan`, calibrated before training so that the T steps are
-(epsilon, delta)-DP under PRV and RDP (PLD alongside); the trainer takes exactly T steps and checks
-that Opacus's sampler drew at rate q and its optimizer noised T steps at sigma. (Opacus itself would
-take int(1/q) steps an epoch, one fewer than ceil(n/b) for some n, e.g. 92 for 93 batches, and
-books q as 1/int(1/q): the plan's rate and steps are what actually happens here.) Weight decay is decoupled (AdamW): it only
-reads the current parameters, so it is post-processing and costs no privacy; a penalty added to the
-loss would never reach Opacus's per-sample gradients. No early stopping on dev: the model after
-the T steps is released.
+(epsilon, delta)-DP under PRV and RDP (PLD alongside); the trainer takes exactly T steps.
+
+Per-sample clipping, ``grad_sample_mode``:
+
+* ``"ghost"`` (the default): :mod:`models.ghost_clipping` computes the norms of the g_i from each
+  layer's inputs and output gradients and the clipped sum by one GEMM per layer, never materialising
+  a g_i of a layer whose Grams are smaller; the Poisson batch and the noise are drawn here
+  (:mod:`models.noisy_step`). GRU-D's recurrent weights are used at every hour: their norms come from
+  24 x 24 Grams per sample.
+* ``"hooks"`` / ``"functorch"``: Opacus's PrivacyEngine (per-sample gradients by its hooks, with
+  privehr's rules of :mod:`models.grad_samplers`, or by vmap). The trainer checks that Opacus's sampler
+  drew at rate q and that its optimizer noised exactly T steps at sigma. (Opacus alone would take
+  int(1/q) steps an epoch, one fewer than ceil(n/b) for some n, e.g. 92 for 93 batches, and books q
+  as 1/int(1/q): the plan's rate and steps are what actually happens here.)
+
+All modes sample, clip and noise alike (tested against torch.func and against each other).
+Weight decay is decoupled (AdamW): it only reads the current parameters, so it is post-processing
+and costs no privacy; a penalty added to the loss would never reach the per-sample gradients. No
+early stopping on dev: the model after the T steps is released.
 
 Randomness: the Poisson sampling and the noise come from the release's
 :class:`~models.randomness.NoiseSource` (OS entropy unless reproducible noise was asked for), and
@@ -35,11 +47,16 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import models.grad_samplers  # noqa: F401  (registers Opacus rules for privehr's layers)
-from models.losses import binary_loss
+from models.ghost_clipping import clipped_gradient_sum
+from models.losses import binary_loss, per_sample_loss
+from models.noisy_step import poisson_indices, set_noised_gradients
 from models.randomness import NoiseSource
 from models.release_plan import ReleasePlan
 
-__all__ = ["DPSGDHyperparameters", "DPSGDResult", "train_dp_sgd", "make_private_poisson", "check_accounted"]
+__all__ = ["CLIPPING_MODES", "DPSGDHyperparameters", "DPSGDResult", "train_dp_sgd", "make_private_poisson",
+           "check_accounted"]
+
+CLIPPING_MODES = ("ghost", "hooks", "functorch")
 
 
 @dataclass(frozen=True)
@@ -96,45 +113,80 @@ def endless(loader: DataLoader):
         yield from loader
 
 
+def _ghost_steps(model: nn.Module, inputs: tuple[torch.Tensor, ...], y: torch.Tensor, optimizer, plan: ReleasePlan,
+                 noise: NoiseSource, loss: str):
+    """DP-SGD steps by ghost clipping: Poisson batch, clipped sum, N(0, sigma^2 C^2), one optimizer step each."""
+    sampler = noise.torch_generator("sampling")
+    generator = noise.torch_generator("noise", y.device)
+    loss_fn = per_sample_loss(loss)
+
+    def losses(m, target, *xs):
+        return loss_fn(m(*xs), target)
+
+    while True:
+        idx = poisson_indices(plan, sampler).to(y.device)
+        batch_losses, _, sums = clipped_gradient_sum(model, losses, (y[idx], *(t[idx] for t in inputs)),
+                                                     plan.max_grad_norm)
+        set_noised_gradients(sums, plan, generator)
+        optimizer.step()
+        yield float(batch_losses.mean()) if len(idx) else 0.0, len(idx)
+
+
+def _opacus_steps(model: nn.Module, inputs: tuple[torch.Tensor, ...], y: torch.Tensor, optimizer, plan: ReleasePlan,
+                  noise: NoiseSource, loss: str, mode: str, engines: list):
+    """DP-SGD steps by Opacus's PrivacyEngine; its engine goes to ``engines`` for the accounting check."""
+    device = y.device
+    loader = DataLoader(TensorDataset(*[t.cpu() for t in inputs], y.cpu()), batch_size=plan.expected_batch)
+    engine, private, optimizer, private_loader = make_private_poisson(model, optimizer, loader, plan, noise, mode)
+    engines.append((engine, private))
+    loss_fn = binary_loss(loss)
+    warnings.filterwarnings("ignore", message="Full backward hook is firing")  # inputs need no grad: harmless
+    private.train()
+    for *batch, target in endless(private_loader):
+        batch = [t.to(device) for t in batch]
+        target = target.to(device)
+        optimizer.zero_grad(set_to_none=True)
+        out = private(*batch)
+        batch_loss = loss_fn(out, target) if len(target) else out.sum() * 0.0  # empty Poisson batch
+        batch_loss.backward()
+        optimizer.step()
+        yield float(batch_loss.detach()), len(target)
+
+
 def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: torch.Tensor,
                  hp: DPSGDHyperparameters, plan: ReleasePlan, noise: NoiseSource, loss: str = "bce",
-                 grad_sample_mode: str = "hooks", progress=None) -> tuple[nn.Module, DPSGDResult]:
+                 grad_sample_mode: str = "ghost", progress=None) -> tuple[nn.Module, DPSGDResult]:
     """Train ``model`` privately for exactly ``plan.steps`` steps; return the (unwrapped) module and the result.
 
     ``x_train`` are the model's positional inputs (batch first); ``len(y_train)`` must be the plan's n.
-    ``progress(done, total)``, if given, is called after every epoch of ``plan.steps_per_epoch`` steps.
+    ``grad_sample_mode``: one of :data:`CLIPPING_MODES`. ``progress(done, total)``, if given, is called after
+    every epoch of ``plan.steps_per_epoch`` steps.
     """
     x_train = x_train if isinstance(x_train, tuple) else (x_train,)
     if len(y_train) != plan.n:
         raise ValueError(f"the plan is for {plan.n} records, the data has {len(y_train)}")
-    device = y_train.device
-    loader = DataLoader(TensorDataset(*[t.cpu() for t in x_train], y_train.cpu()), batch_size=plan.expected_batch)
+    if grad_sample_mode not in CLIPPING_MODES:
+        raise ValueError(f"unknown clipping {grad_sample_mode!r}; choose one of {CLIPPING_MODES}")
     model.train()  # Opacus validates the module in training mode
     optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
-    engine, private, optimizer, private_loader = make_private_poisson(model, optimizer, loader, plan, noise,
-                                                                      grad_sample_mode)
-    loss_fn = binary_loss(loss)
+    engines: list = []
+    steps = (_ghost_steps(model, x_train, y_train, optimizer, plan, noise, loss) if grad_sample_mode == "ghost"
+             else _opacus_steps(model, x_train, y_train, optimizer, plan, noise, loss, grad_sample_mode, engines))
     history = []
     epochs = -(-plan.steps // plan.steps_per_epoch)
-    warnings.filterwarnings("ignore", message="Full backward hook is firing")  # inputs need no grad: harmless
-    batches = endless(private_loader)
-    private.train()
     for epoch in range(1, epochs + 1):
         total, seen, empty = 0.0, 0, 0
         todo = min(plan.steps_per_epoch, plan.steps - (epoch - 1) * plan.steps_per_epoch)
-        for *inputs, target in itertools.islice(batches, todo):
-            inputs = [t.to(device) for t in inputs]
-            target = target.to(device)
-            optimizer.zero_grad(set_to_none=True)
-            out = private(*inputs)
-            batch_loss = loss_fn(out, target) if len(target) else out.sum() * 0.0  # empty Poisson batch
-            batch_loss.backward()
-            optimizer.step()
-            total += float(batch_loss.detach()) * len(target)
-            seen += len(target)
-            empty += len(target) == 0
+        for batch_loss, size in itertools.islice(steps, todo):
+            total += batch_loss * size
+            seen += size
+            empty += size == 0
         history.append({"epoch": epoch, "train_loss": total / max(seen, 1), "examples": seen, "empty_batches": empty})
         if progress is not None:
             progress(epoch, epochs)
-    check_accounted(engine, plan)
-    return private._module, DPSGDResult(plan=plan, noise_source=noise.kind, history=history)
+    steps.close()
+    if engines:
+        engine, private = engines[0]
+        check_accounted(engine, plan)
+        model = private._module
+    return model, DPSGDResult(plan=plan, noise_source=noise.kind, history=history)

@@ -1,5 +1,5 @@
-"""The two halves of a DP-SGD step that privehr's own clipping paths share (DP-NF's ghost clipping, DP-NF-VI's
-per-record gradients): a Poisson batch at the plan's rate, and the clipped sums turned into noised mean gradients,
+"""The two halves of a DP-SGD step that privehr's own clipping paths share (ghost clipping of the classifiers and
+of DP-NF, DP-NF-VI's per-record gradients): a Poisson batch at the plan's rate, and the clipped sums turned into noised mean gradients,
 (sum_i clip(g_i) + N(0, sigma^2 C^2 I)) / (q n), with the floating-point-safe noise of
 :func:`models.randomness.gaussian_noise`. Opacus does the same inside its optimizer for the other paths.
 """
@@ -11,12 +11,20 @@ import torch
 from models.randomness import gaussian_noise
 from models.release_plan import ReleasePlan
 
-__all__ = ["poisson_batch", "set_noised_gradients"]
+__all__ = ["poisson_indices", "poisson_batch", "set_noised_gradients"]
+
+
+def poisson_indices(plan: ReleasePlan, sampler: torch.Generator) -> torch.Tensor:
+    """Indices of the plan's n records, each kept with probability q (``sampler`` is a CPU generator; the batch
+    may be empty). Opacus's Poisson sampler draws the same way: one uniform per record."""
+    return (torch.rand(plan.n, generator=sampler) < plan.sample_rate).nonzero().squeeze(1)
 
 
 def poisson_batch(x: torch.Tensor, plan: ReleasePlan, sampler: torch.Generator) -> torch.Tensor:
     """The rows of ``x`` each kept with probability q (``sampler`` is a CPU generator; the batch may be empty)."""
-    return x[(torch.rand(len(x), generator=sampler) < plan.sample_rate).to(x.device)]
+    if len(x) != plan.n:
+        raise ValueError(f"the plan is for {plan.n} records, the data has {len(x)}")
+    return x[poisson_indices(plan, sampler).to(x.device)]
 
 
 def set_noised_gradients(sums: dict[torch.nn.Parameter, torch.Tensor], plan: ReleasePlan,

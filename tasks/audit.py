@@ -115,7 +115,7 @@ def train_shadow(config: AuditConfig, work: str, mechanism: str, shadow: int) ->
         plan = ReleasePlan.for_epochs(int(keep.sum()), c.batch_size, c.epochs, target_epsilon=config.epsilon,
                                       delta=config.privacy.delta, max_grad_norm=c.max_grad_norm)
         model, _ = train_dp_sgd(model, half, y[keep], DPSGDHyperparameters(c.learning_rate, c.weight_decay), plan,
-                                _noise(config, "shadow", shadow), progress=progress)
+                                _noise(config, "shadow", shadow), grad_sample_mode=c.clipping, progress=progress)
     after = _logits(model, inputs)
     bce = torch.nn.functional.binary_cross_entropy_with_logits
     loss = lambda z: bce(torch.as_tensor(z), y, reduction="none").numpy()  # noqa: E731

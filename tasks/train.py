@@ -115,7 +115,7 @@ def _train(cell: Cell, hp: dict, training: TrainingConfig, privacy: PrivacyConfi
         raise RuntimeError(f"{cell.cell_id} {what}: a DP-SGD release needs a reservation from the budget check")
     noise = NoiseSource.for_release(privacy.reproducible_noise, cell.cell_id, what, seed)
     model, result = train_dp_sgd(model, inputs, y, DPSGDHyperparameters(hp["learning_rate"], hp["weight_decay"]),
-                                 plan, noise, cell.loss, progress=progress)
+                                 plan, noise, cell.loss, grad_sample_mode=training.dp_sgd.clipping, progress=progress)
     record_release(privacy.ledger_path, reservation, plan.ledger_entry(guarantee("dp_sgd", privacy, training, what),
                                                                        what))
     info = {"epochs": hp["epochs"], **plan.record(), "noise_source": noise.kind}

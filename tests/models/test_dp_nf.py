@@ -58,7 +58,7 @@ def test_more_noise_learns_less_and_non_private_has_no_epsilon():
     assert scores[None] > scores[20.0] and scores[0.8] > scores[20.0]
 
 
-@pytest.mark.parametrize("mode", ["masked", "hooks"])
+@pytest.mark.parametrize("mode", ["ghost", "hooks"])
 def test_noise_is_fresh_unless_reproducible(mode):
     train = _data(200, 0)
     plan = _plan(200, 1.0, steps=20)

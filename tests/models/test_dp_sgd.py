@@ -49,7 +49,7 @@ def test_the_trainer_takes_exactly_the_planned_steps_where_opacus_would_not():
     y = (x[:, 0] > 0).float()
     plan = ReleasePlan.for_epochs(93, batch_size=1, epochs=2, target_epsilon=5.0, delta=1e-5)
     assert plan.steps == 186 and plan.sample_rate == 1 / 93
-    train_dp_sgd(LogisticRegression(2), x, y, HP, plan, NoiseSource.secret())
+    train_dp_sgd(LogisticRegression(2), x, y, HP, plan, NoiseSource.secret(), grad_sample_mode="hooks")
 
 
 def test_a_plan_for_other_data_and_an_infinite_epsilon_are_refused():
