@@ -186,3 +186,18 @@ def test_every_profile_survives_its_own_config_json():
             assert PipelineConfig.model_validate_json(saved.model_dump_json()) == saved, profile
     with pytest.raises(ValueError, match="synthesis.privacy.budget_epsilon"):
         PipelineConfig.model_validate({"synthesis": {"path": "x.csv", "privacy": {"budget_epsilon": 3}}})
+
+
+def test_grud_expm_nf_cells_are_in_the_full_profile_only():
+    """At demo scale GRU-D's ExpM+NF flow stayed at one point (the same AUROC at every eps~): the demo grid leaves
+    those cells out, the full profile (300 steps, 16 draws) keeps them, and expm_nf.models selects them."""
+    from privehr.config import load_config
+
+    def expm_models(config):
+        return {c.model for c in config.training.cells(config.labels) if c.method == "expm_nf"}
+
+    demo, full = load_config(None, "demo"), load_config(None, "full")
+    assert expm_models(demo) == {"logistic_regression"} and expm_models(full) == {"logistic_regression", "grud"}
+    assert {c.model for c in demo.training.cells(demo.labels) if c.method == "dp_sgd"} == {"logistic_regression", "grud"}
+    chosen = load_config(None, "demo", **{"training.expm_nf.models": ["grud"]})
+    assert expm_models(chosen) == {"grud"}

@@ -19,7 +19,8 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
         "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
         "training": {"losses": ["bce"], "seeds": 2, "non_private": {"max_epochs": 3},
                      "dp_sgd": {"epochs": 2, "epsilons": [1.0, 10.0]}, "grud": {"hidden_size": 8},
-                     "expm_nf": {"epsilons": [1.0], "steps": 3, "eval_samples": 4, "seeds": 2}},
+                     "expm_nf": {"epsilons": [1.0], "steps": 3, "eval_samples": 4, "seeds": 2,
+                                 "models": ["logistic_regression", "grud"]}},
         "device": "auto"})
     summary = pipeline(config)
     run_dir = Path(summary["run_dir"])
