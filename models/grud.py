@@ -84,11 +84,24 @@ class GRUD(nn.Module):
             h = (1 - z) * h_hat + z * candidate
         return self.output(self.norm(self.dropout(h))).squeeze(-1)
 
+    #: elements of the largest (N, records, T, F or 3H) intermediate of :meth:`batched_logits`: records go through it
+    #: in blocks below this (64 Mi floats, 256 MB), so memory does not grow with the number of records
+    BATCHED_ELEMENTS = 1 << 26
+
     def batched_logits(self, params: dict[str, torch.Tensor], x: torch.Tensor, mask: torch.Tensor,
                        delta: torch.Tensor) -> torch.Tensor:
         """Logits (N, B) of N parameter sets at once (each tensor of ``params`` has a leading N axis):
-        the forward above with batched products, sharing x, mask and delta across the N sets.
+        the forward above with batched products, sharing x, mask and delta across the N sets, over blocks of
+        records that keep each intermediate below :attr:`BATCHED_ELEMENTS`.
         Dropout and batch norm are not supported here (the ExpM utility refuses both)."""
+        n, (b, t, f) = len(params["output.weight"]), x.shape
+        block = max(1, self.BATCHED_ELEMENTS // max(1, n * t * max(f, 3 * self.hidden_size)))
+        if b <= block:
+            return self._batched_block(params, x, mask, delta)
+        return torch.cat([self._batched_block(params, x[i:i + block], mask[i:i + block], delta[i:i + block])
+                          for i in range(0, b, block)], dim=1)
+
+    def _batched_block(self, params, x, mask, delta):
         n, (b, t, f), hs = len(params["output.weight"]), x.shape, self.hidden_size
         gamma_x = torch.exp(-torch.relu(delta * params["input_decay.weight"][:, None, None, :]
                                         + params["input_decay.bias"][:, None, None, :]))      # (N, B, T, F)
