@@ -2,8 +2,8 @@
 
     python bench/secure_noise.py [--device auto] [--repeats 5]
 
-1. Seconds per DP-SGD step of GRU-D (the demo's shape: 24 h x 104 variables, hidden 32, expected
-   batch 128) with Opacus's plain noise (one Gaussian per coordinate) and with the secure-mode noise
+1. Seconds per DP-SGD step of GRU-D by Opacus's hooks (the demo's shape: 24 h x 104 variables, hidden
+   32, expected batch 128) with Opacus's plain noise (one Gaussian per coordinate) and with the secure-mode noise
    privehr uses (four Gaussians summed, Holohan and Braghin 2021), interleaved, medians; and the same
    for the DP-NF ghost-clipping step (seed 002's MAF shape).
 2. On the device: two releases from OS entropy differ, two reproducible ones are identical, and the
@@ -63,7 +63,7 @@ def _dp_sgd_step_seconds(inputs, y, plan, secure: bool, device) -> float:
     dp_sgd.make_private_poisson = original if secure else plain
     try:
         start = time.perf_counter()
-        train_dp_sgd(model, inputs, y, DPSGDHyperparameters(), plan, NoiseSource.secret())
+        train_dp_sgd(model, inputs, y, DPSGDHyperparameters(), plan, NoiseSource.secret(), grad_sample_mode="hooks")
         if device.type == "cuda":
             torch.cuda.synchronize()
         return (time.perf_counter() - start) / plan.steps
@@ -72,11 +72,11 @@ def _dp_sgd_step_seconds(inputs, y, plan, secure: bool, device) -> float:
 
 
 def _dp_nf_step_seconds(x, plan, secure: bool, device) -> float:
-    import models.dp_nf as dp_nf
+    import models.noisy_step as noisy_step  # the noise of privehr's own DP-SGD steps (ghost clipping)
 
-    original = dp_nf.gaussian_noise
+    original = noisy_step.gaussian_noise
     if not secure:
-        dp_nf.gaussian_noise = lambda shape, std, generator, device=None, dtype=torch.float32: torch.normal(
+        noisy_step.gaussian_noise = lambda shape, std, generator, device=None, dtype=torch.float32: torch.normal(
             0.0, std, size=tuple(shape), generator=generator, device=device, dtype=dtype)
     try:
         torch.manual_seed(0)
@@ -87,7 +87,7 @@ def _dp_nf_step_seconds(x, plan, secure: bool, device) -> float:
             torch.cuda.synchronize()
         return (time.perf_counter() - start) / plan.steps
     finally:
-        dp_nf.gaussian_noise = original
+        noisy_step.gaussian_noise = original
 
 
 def main() -> None:
