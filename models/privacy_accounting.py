@@ -27,7 +27,9 @@ import warnings
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
+import numpy as np
 from opacus.accountants import PRVAccountant, RDPAccountant
+from opacus.accountants.analysis import rdp as rdp_analysis
 from opacus.accountants.utils import get_noise_multiplier
 
 __all__ = ["PrivacySpend", "calibrate_noise_multiplier", "epsilon_spent", "prv_epsilon", "rdp_epsilon",
@@ -96,15 +98,28 @@ def prv_error(target: float) -> float:
     return max(min(0.01, target / 10), 1e-8)
 
 
+@lru_cache(maxsize=4096)  # a ledger repeats a few (sigma, q) over and over: each is computed once per process
+def _rdp_per_step(noise_multiplier: float, sample_rate: float, orders: tuple[float, ...]) -> np.ndarray:
+    """RDP of one Poisson-subsampled Gaussian step at each order (Opacus's analysis; T steps compose to T times it)."""
+    rdp = rdp_analysis.compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders))
+    rdp.setflags(write=False)
+    return rdp
+
+
+def _rdp_spent(history: History, delta: float, orders: tuple[float, ...]) -> tuple[float, float]:
+    """(epsilon, best order) of ``history``: Opacus's RDPAccountant.get_privacy_spent, with the per-step RDP cached."""
+    rdp = sum([_rdp_per_step(float(s), float(q), orders) * int(t) for s, q, t in history])
+    eps, order = rdp_analysis.get_privacy_spent(orders=list(orders), rdp=rdp, delta=delta)
+    return float(eps), float(order)
+
+
 def rdp_epsilon(history: History, delta: float) -> float:
     """RDP's epsilon; the large orders are tried where Opacus's optimum sits at its largest order."""
-    rdp = RDPAccountant()
-    rdp.history = list(history)
     with warnings.catch_warnings():  # "optimal order is the largest alpha": still a valid upper bound
         warnings.simplefilter("ignore", UserWarning)
-        eps, order = rdp.get_privacy_spent(delta=delta)
+        eps, order = _rdp_spent(history, delta, tuple(RDPAccountant.DEFAULT_ALPHAS))
         if order >= max(RDPAccountant.DEFAULT_ALPHAS):
-            eps = min(eps, rdp.get_epsilon(delta, alphas=RDP_ORDERS))
+            eps = min(eps, _rdp_spent(history, delta, tuple(RDP_ORDERS))[0])
     return float(eps)
 
 
@@ -151,21 +166,27 @@ def pld_epsilon(history: History, delta: float, pessimistic: bool = True,
     RDP's): a coarser grid stays a valid bound, and absurd budgets (epsilon in the thousands) would
     otherwise take gigabytes.
     """
-    from dp_accounting.pld import privacy_loss_distribution as pld
-
     logging.getLogger("absl").setLevel(logging.ERROR)
     epsilon_rdp = rdp_epsilon(history, delta) if epsilon_rdp is None else epsilon_rdp
     interval = max(PLD_INTERVAL, epsilon_rdp / PLD_MAX_POINTS)
     total = None
     try:
         for sigma, q, steps in history:
-            one = pld.from_gaussian_mechanism(standard_deviation=sigma, sensitivity=1.0, sampling_prob=q,
-                                              pessimistic_estimate=pessimistic, value_discretization_interval=interval,
-                                              use_connect_dots=pessimistic).self_compose(int(steps))
+            one = _pld_of(float(sigma), float(q), int(steps), interval, pessimistic)
             total = one if total is None else total.compose(one)
         return None if total is None else float(total.get_epsilon_for_delta(delta))
     except (ValueError, RuntimeError, OverflowError, MemoryError):
         return None
+
+
+@lru_cache(maxsize=16)  # the ledger's few distinct releases, composed again at every budget check
+def _pld_of(sigma: float, q: float, steps: int, interval: float, pessimistic: bool):
+    """The PLD of ``steps`` Poisson-subsampled Gaussian steps (dp-accounting; its objects are not mutated)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    return pld.from_gaussian_mechanism(standard_deviation=sigma, sensitivity=1.0, sampling_prob=q,
+                                       pessimistic_estimate=pessimistic, value_discretization_interval=interval,
+                                       use_connect_dots=pessimistic).self_compose(steps)
 
 
 @dataclass(frozen=True)
@@ -185,7 +206,13 @@ class Composition:
 
 def compose_history(history: History, delta: float, eps_error: float | None = None, bracket: bool = False) -> Composition:
     """PRV (claim), RDP and PLD of ``history``; ``bracket`` also computes PLD's lower bound."""
-    history = [(float(s), float(q), int(t)) for s, q, t in history if t > 0]
+    return _compose(tuple((float(s), float(q), int(t)) for s, q, t in history if t > 0), delta, eps_error, bracket)
+
+
+@lru_cache(maxsize=256)  # the same ledger is composed again by the report, the summary and `privehr privacy ledger`
+def _compose(history: tuple[tuple[float, float, int], ...], delta: float, eps_error: float | None,
+             bracket: bool) -> Composition:
+    history = list(history)
     if not history:
         return Composition(0.0, 0.0, 0.0, 0.0, 0.0)
     eps_rdp = rdp_epsilon(history, delta)
@@ -199,13 +226,11 @@ def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta
                   target_epsilon: float | None = None) -> PrivacySpend:
     """epsilon after ``steps`` Poisson-subsampled Gaussian steps, from PRV, RDP and PLD (bracketed)."""
     history = [(noise_multiplier, sample_rate, steps)]
-    rdp = RDPAccountant()
-    rdp.history = history
     with warnings.catch_warnings():  # "optimal order is the largest alpha": still a valid upper bound
         warnings.simplefilter("ignore", UserWarning)
-        eps_rdp = float(rdp.get_epsilon(delta))
+        eps_rdp = _rdp_spent(history, delta, tuple(RDPAccountant.DEFAULT_ALPHAS))[0]
         if target_epsilon is None or eps_rdp > target_epsilon:  # the large orders are slower; use them if needed
-            eps_rdp = min(eps_rdp, float(rdp.get_epsilon(delta, alphas=RDP_ORDERS)))
+            eps_rdp = min(eps_rdp, _rdp_spent(history, delta, tuple(RDP_ORDERS))[0])
     eps_prv, error = _prv(history, delta, prv_error(target_epsilon or eps_rdp), eps_rdp)
     return PrivacySpend(noise_multiplier, sample_rate, steps, delta, eps_prv, eps_rdp, target_epsilon,
                         pld_epsilon(history, delta, True, eps_rdp), pld_epsilon(history, delta, False, eps_rdp), error)
