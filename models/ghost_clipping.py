@@ -27,9 +27,10 @@ Differential Privacy", NeurIPS 2022 (mixed ghost clipping); Bu, Wang, Zha, Karyp
 "Differentially Private Optimization on Large Model at Small Cost", ICML 2023 (book-keeping). The
 mask rule is privehr's. Tested equal to torch.func per-sample gradients in tests/models.
 
-What it assumes, and checks: every trainable parameter sits in a module with a rule (anything else
-would escape clipping, so it raises), and samples do not interact (no batch norm in training mode:
-its parameters have no rule, so such a model is refused).
+What it assumes, and checks: every trainable parameter sits in exactly one module with a rule
+(anything else would escape clipping or be overwritten, so it raises), every ruled layer sees the
+batch first, and samples do not interact (a batch norm in training mode is refused, with or without
+parameters). The Gram norm is an upper bound including float rounding (:func:`_gram_norms`).
 """
 
 from __future__ import annotations
@@ -93,6 +94,24 @@ def _join(parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], batch: i
     return Call(tokens([p[0] for p in parts]).to(b.dtype), out, b)
 
 
+def _gram_norms(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """An upper bound on ||sum_k B_k^T A_k||_F^2 per sample from the K x K Grams, rounding included.
+
+    sum_{k,k'} (A_k . A_k')(B_k . B_k') can cancel: a sample whose hourly terms nearly cancel has a true
+    squared norm far below the Gram sum's rounding error, and a crafted record could then add several C
+    to the clipped sum (found by an attack on this code: 2.5 C with float32 Grams at GRU-D's shapes). The
+    error of the computed sum is at most (gamma_in + gamma_out + gamma_{K^2} + 3 eps) S with
+    S = sum_{k,k'} |A_k||A_k'||B_k||B_k'| = (sum_k |A_k||B_k|)^2 (standard dot-product bounds, gamma_n <= n eps,
+    any summation order); twice that is added, so the norm used for clipping is never below the true one.
+    On ordinary data S is about twice the squared norm and the margin is ~1e-4 of it."""
+    ga, gb = torch.bmm(a, a.transpose(1, 2)), torch.bmm(b, b.transpose(1, 2))
+    squared = (ga * gb).sum((1, 2))
+    tokens = (ga.diagonal(dim1=1, dim2=2).clamp(min=0) * gb.diagonal(dim1=1, dim2=2).clamp(min=0)).sqrt().sum(1)
+    k, d_in, d_out = a.shape[1], a.shape[2], b.shape[2]
+    margin = 2 * (d_in + d_out + k * k + 3) * torch.finfo(b.dtype).eps * tokens.square()
+    return (squared + margin).clamp(min=0)
+
+
 @register_ghost_rule(nn.Linear)
 class LinearRule(GhostRule):
     def squared_norms(self, layer, call):
@@ -103,7 +122,7 @@ class LinearRule(GhostRule):
             if k == 1:
                 total += torch.linalg.vector_norm(a[:, 0], dim=1).square() * torch.linalg.vector_norm(b[:, 0], dim=1).square()
             elif k * (d_in + d_out) <= d_in * d_out:  # ghost norm: two K x K Grams per sample
-                total += (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(b, b.transpose(1, 2))).sum((1, 2))
+                total += _gram_norms(a, b)
             else:  # the per-sample (out x in) gradient is smaller than the Grams: kept for the clipped sum
                 call.cache["weight"] = torch.bmm(b.transpose(1, 2), a)
                 total += call.cache["weight"].square().sum((1, 2))
@@ -131,8 +150,8 @@ class MaskedLinearRule(GhostRule):
         a, b = call.activation, call.backprop
         total = torch.zeros(len(a), dtype=b.dtype, device=b.device)
         if layer.weight.requires_grad:
-            if a.shape[1] == 1:  # the mask is binary: sum_j B_j^2 sum_i M_ji A_i^2
-                total += (b[:, 0].square() * (a[:, 0].square() @ layer.mask.T)).sum(1)
+            if a.shape[1] == 1:  # sum_j B_j^2 sum_i M_ji^2 A_i^2 (M^2 = M for MADE's binary masks)
+                total += (b[:, 0].square() * (a[:, 0].square() @ layer.mask.square().T)).sum(1)
             else:
                 total += (torch.bmm(b.transpose(1, 2), a) * layer.mask).square().sum((1, 2))
         if layer.bias.requires_grad:
@@ -159,8 +178,8 @@ class InputDecayRule(GhostRule):
     @staticmethod
     def _per_sample(layer, call) -> dict[nn.Parameter, torch.Tensor]:
         if "grads" not in call.cache:
-            delta = call.activation
-            common = (call.backprop * call.output).mul_(torch.addcmul(layer.bias.detach(), delta, layer.weight.detach()) > 0)
+            delta = call.activation  # the pre-activation as the forward computes it (same ops, same rounding at 0)
+            common = (call.backprop * call.output).mul_(delta * layer.weight.detach() + layer.bias.detach() > 0)
             grads = {}
             if layer.bias.requires_grad:
                 grads[layer.bias] = common.sum(1).neg_()
@@ -186,11 +205,24 @@ def _rule(module: nn.Module) -> GhostRule | None:
 
 
 def clipped_layers(model: nn.Module) -> list[nn.Module]:
-    """The model's modules with a ghost rule; raises if a trainable parameter sits anywhere else (it would
-    escape clipping: a batch norm, a bare parameter of a container, a layer type without a rule)."""
+    """The model's modules with a ghost rule. Raises if a trainable parameter sits anywhere else (it would
+    escape clipping: a bare parameter of a container, a layer type without a rule), if one is shared by two
+    ruled layers (its sums would overwrite each other), or if a batch norm is in training mode (it couples the
+    samples of a batch, with or without parameters)."""
+    coupled = [n for n, m in model.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training]
+    if coupled:
+        raise ValueError(f"{coupled}: batch norm couples the samples of a batch; per-sample clipping cannot bound "
+                         "one record's influence (remove it for DP training)")
     layers = [m for m in model.modules() if _rule(m) is not None]
-    covered = {id(p) for layer in layers for p in layer.parameters(recurse=False)}
-    stray = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in covered]
+    owners: dict[int, int] = {}
+    for layer in layers:
+        for p in layer.parameters(recurse=False):
+            owners[id(p)] = owners.get(id(p), 0) + 1
+    shared = [n for n, p in model.named_parameters(remove_duplicate=False) if owners.get(id(p), 0) > 1]
+    if shared:
+        raise ValueError(f"parameters {sorted(set(shared))} are shared by several layers; ghost clipping needs one "
+                         "owner per parameter (use Opacus's hooks)")
+    stray = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in owners]
     if stray:
         raise ValueError(f"parameters {stray} are in layers without a ghost-clipping rule "
                          f"(rules exist for {sorted(t.__name__ for t in GHOST_RULES)}); use Opacus's hooks")
@@ -211,6 +243,9 @@ def clipped_gradient_sum(model: nn.Module, losses_fn: Callable[..., torch.Tensor
     calls: dict[nn.Module, list] = {layer: [] for layer in layers}
 
     def keep(layer, args, out):
+        if args[0].shape[0] != batch or out.shape[0] != batch:  # per-sample rows must lead every ruled layer's IO
+            raise ValueError(f"{type(layer).__name__} saw a tensor of shape {tuple(args[0].shape)} in a batch of "
+                             f"{batch}: ghost clipping needs the batch first in every layer's input and output")
         calls[layer].append((args[0].detach(), out))
 
     handles = [layer.register_forward_hook(keep) for layer in layers]

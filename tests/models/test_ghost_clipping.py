@@ -97,8 +97,65 @@ def test_parameters_outside_ruled_layers_are_refused():
     flow.extra = nn.Parameter(torch.zeros(2))  # would escape clipping
     with pytest.raises(ValueError, match="without a ghost-clipping rule"):
         clipped_layers(flow)
-    with pytest.raises(ValueError, match="without a ghost-clipping rule"):  # batch norm mixes samples
+    with pytest.raises(ValueError, match="batch norm couples"):  # batch norm mixes samples, even without parameters
         clipped_layers(GRUD(3, 4, batch_norm=True))
+    frozen = GRUD(3, 4)
+    frozen.norm = nn.BatchNorm1d(4, affine=False)
+    with pytest.raises(ValueError, match="batch norm couples"):
+        clipped_layers(frozen)
+    tied = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+    tied[1].weight = tied[0].weight  # one parameter, two owners: their clipped sums would overwrite each other
+    with pytest.raises(ValueError, match="shared by several layers"):
+        clipped_layers(tied)
+
+
+class _Tokens(nn.Module):
+    """Per-sample loss sum_k (W a_k) . v_k: the layer's output gradient at token k is exactly v_k."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.linear = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, a, v):
+        return (self.linear(a) * v).sum((1, 2))
+
+
+def test_cancelling_tokens_cannot_slip_under_the_clip():
+    """An attack on the Gram norm: two hours whose terms v a^T cancel to 1e-6 of their size. The true per-sample
+    gradient (in float64, of the same float32 inputs) is tiny, the float32 Gram sum's rounding is not; without the
+    rounding margin the computed norm could be far below the true one and the record would add several C. With
+    it, every record's clipped contribution stays within C."""
+    g = torch.Generator().manual_seed(0)
+    batch, dim, clip = 64, 8, 1.0
+    a1 = torch.randn(batch, 1, dim, generator=g) * 300
+    v1 = torch.randn(batch, 1, dim, generator=g) * 300
+    a = torch.cat([a1, a1 * (1 + 1e-6 * (1 + torch.rand(batch, 1, 1, generator=g)))], 1)
+    v = torch.cat([v1, -v1], 1)
+    model = _Tokens(dim)
+    assert 2 * (dim + dim) <= dim * dim  # the Gram path
+    _, norms, _ = clipped_gradient_sum(model, lambda m, x, w: m(x, w), (a, v), clip)
+    true = torch.einsum("bko,bki->boi", v.double(), a.double()).flatten(1).norm(dim=1)
+    assert bool((true > 1e-3).all())  # not zero: the cancellation leaves a real gradient
+    scale = (clip / (norms.double() + 1e-6)).clamp(max=1.0)
+    assert bool((scale * true <= clip * (1 + 1e-6)).all()), float((scale * true).max())
+    assert bool((norms.double() >= true * (1 - 1e-6)).all())
+
+
+def test_a_layer_must_see_the_batch_first():
+    model = _Tokens(4)
+    time_major = lambda m, x, w: m(x.transpose(0, 1), w.transpose(0, 1))  # noqa: E731  (T, B, d) into the layer
+    with pytest.raises(ValueError, match="batch first"):
+        clipped_gradient_sum(model, time_major, (torch.randn(5, 3, 4), torch.randn(5, 3, 4)), 1.0)
+
+
+def test_a_non_binary_mask_is_clipped_by_its_true_norm():
+    from models.made import MaskedLinear
+
+    torch.manual_seed(0)
+    layer = MaskedLinear(torch.tensor([[2.0, 0.0, 1.0], [0.5, 3.0, 0.0]]))
+    x = torch.randn(6, 3, generator=torch.Generator().manual_seed(1))
+    _, reference = _reference(layer, lambda f, xi: f(xi.unsqueeze(0)).square().sum(), (x,))
+    _check(layer, lambda m, xb: m(xb).square().sum(1), (x,), reference, 1e6)
 
 
 def test_an_empty_poisson_batch_gives_zero_sums():
