@@ -15,10 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,17 +55,10 @@ def main() -> None:
     parser.add_argument("--chunk-rows", type=int, default=32768)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    generation = None
-    path = args.path
-    if path is None:
-        path = ROOT / "bench" / "data" / f"all_hourly_data_{args.stays}.h5"
-        if not path.exists():
-            from tasks.demo_data import write_demo_mimic
+    sys.path.insert(0, str(ROOT / "bench"))
+    from generated_extract import generated_extract
 
-            t0 = time.perf_counter()
-            summary = write_demo_mimic(path, args.stays, args.seed)
-            generation = {"wall_s": time.perf_counter() - t0,
-                          "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, **summary}
+    path, generation = generated_extract(args.path, args.stays, args.seed)
     streaming = run_child(path, "streaming", args.chunk_rows)
     pandas = run_child(path, "pandas", args.chunk_rows)
     result = {

@@ -105,17 +105,10 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     from models.device import resolve_device
 
-    generation = None
-    path = args.path
-    if path is None:
-        path = ROOT / "bench" / "data" / f"all_hourly_data_{args.stays}.h5"
-        if not path.exists():
-            from tasks.demo_data import write_demo_mimic
+    sys.path.insert(0, str(ROOT / "bench"))
+    from generated_extract import generated_extract
 
-            path.parent.mkdir(parents=True, exist_ok=True)
-            t0 = time.perf_counter()
-            write_demo_mimic(path, n_stays=args.stays, seed=args.seed)
-            generation = {"wall_s": time.perf_counter() - t0, "stays": args.stays}
+    path, generation = generated_extract(args.path, args.stays, args.seed)
     device = resolve_device(args.device)
     work = Path(tempfile.mkdtemp(prefix="privehr-full-size-"))
     # GRU-D's ExpM+NF cells are in the full profile only; the run includes them so that the projection has their time

@@ -112,6 +112,22 @@ def _gram_norms(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (squared + margin).clamp(min=0)
 
 
+def _linear_sums(layer: nn.Module, call: Call, scale: torch.Tensor, mask: torch.Tensor | None = None) -> dict:
+    """sum_i scale_i g_i of a (masked) linear layer: from the per-sample gradients the norms were taken of where
+    they were materialised, else one GEMM (scale * B)^T A over every token (then masked)."""
+    a, b = call.activation, call.backprop
+    sums = {}
+    if layer.weight.requires_grad:
+        if "weight" in call.cache:
+            sums[layer.weight] = (scale @ call.cache["weight"].flatten(1)).view_as(layer.weight)
+        else:
+            weight = (b * scale[:, None, None]).reshape(-1, b.shape[-1]).T @ a.reshape(-1, a.shape[-1])
+            sums[layer.weight] = weight if mask is None else weight * mask
+    if layer.bias is not None and layer.bias.requires_grad:
+        sums[layer.bias] = scale @ b.sum(1)
+    return sums
+
+
 @register_ghost_rule(nn.Linear)
 class LinearRule(GhostRule):
     def squared_norms(self, layer, call):
@@ -131,17 +147,7 @@ class LinearRule(GhostRule):
         return total
 
     def clipped_sums(self, layer, call, scale):
-        a, b = call.activation, call.backprop
-        sums = {}
-        if layer.weight.requires_grad:
-            if "weight" in call.cache:
-                sums[layer.weight] = (scale @ call.cache["weight"].flatten(1)).view_as(layer.weight)
-            else:
-                sums[layer.weight] = ((b * scale[:, None, None]).reshape(-1, b.shape[-1]).T
-                                      @ a.reshape(-1, a.shape[-1]))
-        if layer.bias is not None and layer.bias.requires_grad:
-            sums[layer.bias] = scale @ b.sum(1)
-        return sums
+        return _linear_sums(layer, call, scale)
 
 
 @register_ghost_rule(MaskedLinear)
@@ -152,21 +158,15 @@ class MaskedLinearRule(GhostRule):
         if layer.weight.requires_grad:
             if a.shape[1] == 1:  # sum_j B_j^2 sum_i M_ji^2 A_i^2 (M^2 = M for MADE's binary masks)
                 total += (b[:, 0].square() * (a[:, 0].square() @ layer.mask.square().T)).sum(1)
-            else:
-                total += (torch.bmm(b.transpose(1, 2), a) * layer.mask).square().sum((1, 2))
+            else:  # the masked per-sample gradients, kept for the clipped sum
+                call.cache["weight"] = torch.bmm(b.transpose(1, 2), a) * layer.mask
+                total += call.cache["weight"].square().sum((1, 2))
         if layer.bias.requires_grad:
             total += b.sum(1).square().sum(1)
         return total
 
     def clipped_sums(self, layer, call, scale):
-        a, b = call.activation, call.backprop
-        sums = {}
-        if layer.weight.requires_grad:
-            sums[layer.weight] = ((b * scale[:, None, None]).reshape(-1, b.shape[-1]).T
-                                  @ a.reshape(-1, a.shape[-1])) * layer.mask
-        if layer.bias.requires_grad:
-            sums[layer.bias] = scale @ b.sum(1)
-        return sums
+        return _linear_sums(layer, call, scale, layer.mask)
 
 
 @register_ghost_rule(InputDecay)

@@ -148,14 +148,16 @@ def test_a_layer_must_see_the_batch_first():
         clipped_gradient_sum(model, time_major, (torch.randn(5, 3, 4), torch.randn(5, 3, 4)), 1.0)
 
 
-def test_a_non_binary_mask_is_clipped_by_its_true_norm():
+def test_a_masked_layer_is_clipped_by_its_true_norm_with_any_mask_and_token_count():
     from models.made import MaskedLinear
 
     torch.manual_seed(0)
     layer = MaskedLinear(torch.tensor([[2.0, 0.0, 1.0], [0.5, 3.0, 0.0]]))
-    x = torch.randn(6, 3, generator=torch.Generator().manual_seed(1))
-    _, reference = _reference(layer, lambda f, xi: f(xi.unsqueeze(0)).square().sum(), (x,))
-    _check(layer, lambda m, xb: m(xb).square().sum(1), (x,), reference, 1e6)
+    for shape in ((6, 3), (6, 4, 3)):  # one token (the closed form) and four (materialised with the mask)
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+        _, reference = _reference(layer, lambda f, xi: f(xi.unsqueeze(0)).square().sum(), (x,))
+        _check(layer, lambda m, xb: m(xb).square().flatten(1).sum(1), (x,), reference, 1e6)
+        _check(layer, lambda m, xb: m(xb).square().flatten(1).sum(1), (x,), reference, 0.05)
 
 
 def test_an_empty_poisson_batch_gives_zero_sums():
