@@ -34,8 +34,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import models.grad_samplers  # noqa: F401  (registers the MaskedLinear rule for the Opacus paths)
 from models.dp_sgd import check_accounted, endless, make_private_poisson
-from models.ghost_clipping import clipped_gradient_sum
-from models.noisy_step import poisson_batch, set_noised_gradients
+from models.noisy_step import ghost_steps
 from models.randomness import NoiseSource
 from models.release_plan import ReleasePlan
 from models.step_history import run_steps
@@ -89,18 +88,6 @@ def _plain_steps(flow, x, hp, optimizer):
             yield float(loss.detach()), len(idx)
 
 
-def _ghost_steps(flow, x, optimizer, plan: ReleasePlan, noise: NoiseSource):
-    """DP-SGD by ghost clipping (:mod:`models.ghost_clipping`): Poisson batches, clipped sum, N(0, sigma^2 C^2)."""
-    sampler = noise.torch_generator("sampling")
-    generator = noise.torch_generator("noise", x.device)
-    while True:
-        xb = poisson_batch(x, plan, sampler)
-        losses, _, sums = clipped_gradient_sum(flow, _nll, (xb,), plan.max_grad_norm)
-        set_noised_gradients(sums, plan, generator)
-        optimizer.step()
-        yield float(losses.mean()) if len(xb) else 0.0, len(xb)
-
-
 def _opacus_steps(flow, x, optimizer, plan: ReleasePlan, noise: NoiseSource, mode: str, accounted: list):
     """DP-SGD by Opacus's PrivacyEngine (per-sample gradients by hooks or functorch)."""
     loader = DataLoader(TensorDataset(x.cpu()), batch_size=plan.expected_batch)
@@ -139,7 +126,7 @@ def train_density(flow: nn.Module, x: torch.Tensor, hp: DensityHyperparameters =
             raise ValueError(f"the plan is for {plan.n} records, the data has {n}")
         noise = noise if noise is not None else NoiseSource.secret()
         total_steps = plan.steps
-        steps = (_ghost_steps(flow, x, optimizer, plan, noise) if grad_sample_mode == "ghost"
+        steps = (ghost_steps(flow, _nll, (x,), optimizer, plan, noise) if grad_sample_mode == "ghost"
                  else _opacus_steps(flow, x, optimizer, plan, noise, grad_sample_mode, accounted))
     history = run_steps(steps, total_steps, log_every, progress, "train_nll")
     if plan is None:

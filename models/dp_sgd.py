@@ -47,9 +47,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import models.grad_samplers  # noqa: F401  (registers Opacus rules for privehr's layers)
-from models.ghost_clipping import clipped_gradient_sum
 from models.losses import binary_loss, per_sample_loss
-from models.noisy_step import poisson_indices, set_noised_gradients
+from models.noisy_step import ghost_steps
 from models.randomness import NoiseSource
 from models.release_plan import ReleasePlan
 
@@ -115,21 +114,13 @@ def endless(loader: DataLoader):
 
 def _ghost_steps(model: nn.Module, inputs: tuple[torch.Tensor, ...], y: torch.Tensor, optimizer, plan: ReleasePlan,
                  noise: NoiseSource, loss: str):
-    """DP-SGD steps by ghost clipping: Poisson batch, clipped sum, N(0, sigma^2 C^2), one optimizer step each."""
-    sampler = noise.torch_generator("sampling")
-    generator = noise.torch_generator("noise", y.device)
+    """DP-SGD steps by ghost clipping (:func:`models.noisy_step.ghost_steps`) on the classifier's per-sample loss."""
     loss_fn = per_sample_loss(loss)
 
     def losses(m, target, *xs):
         return loss_fn(m(*xs), target)
 
-    while True:
-        idx = poisson_indices(plan, sampler).to(y.device)
-        batch_losses, _, sums = clipped_gradient_sum(model, losses, (y[idx], *(t[idx] for t in inputs)),
-                                                     plan.max_grad_norm)
-        set_noised_gradients(sums, plan, generator)
-        optimizer.step()
-        yield float(batch_losses.mean()) if len(idx) else 0.0, len(idx)
+    return ghost_steps(model, losses, (y, *inputs), optimizer, plan, noise)
 
 
 def _opacus_steps(model: nn.Module, inputs: tuple[torch.Tensor, ...], y: torch.Tensor, optimizer, plan: ReleasePlan,

@@ -236,9 +236,8 @@ def clipped_gradient_sum(model: nn.Module, losses_fn: Callable[..., torch.Tensor
     layers = clipped_layers(model)
     trainable = [p for layer in layers for p in layer.parameters(recurse=False) if p.requires_grad]
     batch = len(inputs[0])
-    ref = inputs[0]
     if batch == 0:
-        empty = torch.zeros(0, dtype=trainable[0].dtype, device=ref.device)
+        empty = torch.zeros(0, dtype=trainable[0].dtype, device=inputs[0].device)
         return empty, empty, {p: torch.zeros_like(p) for p in trainable}
     calls: dict[nn.Module, list] = {layer: [] for layer in layers}
 

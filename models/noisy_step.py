@@ -1,17 +1,19 @@
 """The two halves of a DP-SGD step that privehr's own clipping paths share (ghost clipping of the classifiers and
-of DP-NF, DP-NF-VI's per-record gradients): a Poisson batch at the plan's rate, and the clipped sums turned into noised mean gradients,
-(sum_i clip(g_i) + N(0, sigma^2 C^2 I)) / (q n), with the floating-point-safe noise of
-:func:`models.randomness.gaussian_noise`. Opacus does the same inside its optimizer for the other paths.
+of DP-NF, DP-NF-VI's per-record gradients): a Poisson batch at the plan's rate, and the clipped sums turned into noised
+mean gradients, (sum_i clip(g_i) + N(0, sigma^2 C^2 I)) / (q n), with the floating-point-safe noise of
+:func:`models.randomness.gaussian_noise`; and the whole ghost-clipping step of DP-SGD and DP-NF (:func:`ghost_steps`).
+Opacus does the same inside its optimizer for the other paths.
 """
 
 from __future__ import annotations
 
 import torch
 
-from models.randomness import gaussian_noise
+from models.ghost_clipping import clipped_gradient_sum
+from models.randomness import NoiseSource, gaussian_noise
 from models.release_plan import ReleasePlan
 
-__all__ = ["poisson_indices", "poisson_batch", "set_noised_gradients"]
+__all__ = ["poisson_indices", "poisson_batch", "set_noised_gradients", "ghost_steps"]
 
 
 def poisson_indices(plan: ReleasePlan, sampler: torch.Generator) -> torch.Tensor:
@@ -33,3 +35,21 @@ def set_noised_gradients(sums: dict[torch.nn.Parameter, torch.Tensor], plan: Rel
     std, expected = plan.noise_multiplier * plan.max_grad_norm, plan.sample_rate * plan.n
     for p, total in sums.items():
         p.grad = (total + gaussian_noise(total.shape, std, generator, total.device, total.dtype)) / expected
+
+
+def ghost_steps(model: torch.nn.Module, losses_fn, data: tuple[torch.Tensor, ...], optimizer: torch.optim.Optimizer,
+                plan: ReleasePlan, noise: NoiseSource):
+    """DP-SGD steps by ghost clipping (:mod:`models.ghost_clipping`), endlessly: a Poisson batch of the rows of
+    ``data`` (tensors of the plan's n rows), the clipped sum of the gradients of ``losses_fn(model, *batch)`` (one
+    loss per row), N(0, sigma^2 C^2), one optimizer step; yields (mean loss, batch size) after each."""
+    if len(data[0]) != plan.n:
+        raise ValueError(f"the plan is for {plan.n} records, the data has {len(data[0])}")
+    device = data[0].device
+    sampler = noise.torch_generator("sampling")
+    generator = noise.torch_generator("noise", device)
+    while True:
+        idx = poisson_indices(plan, sampler).to(device)
+        losses, _, sums = clipped_gradient_sum(model, losses_fn, tuple(t[idx] for t in data), plan.max_grad_norm)
+        set_noised_gradients(sums, plan, generator)
+        optimizer.step()
+        yield float(losses.mean()) if len(idx) else 0.0, len(idx)
