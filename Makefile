@@ -14,7 +14,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,baselines]'
 	touch $@
 
 # Demo inputs: a simulated MIMIC-Extract file and a Harrod-shaped EHR table, versioned as raw data with DVC.

@@ -11,8 +11,10 @@ the sum, divided by the expected batch q n. sigma, q, T and C come from the rele
 :class:`~models.release_plan.ReleasePlan`; the trainer takes exactly its T steps. Per-sample
 clipping by ghost clipping (:mod:`models.ghost_clipping`, the default) or by
 Opacus (hooks with privehr's masked-linear rule, or its functorch fallback); Poisson sampling either
-way. The noise and the sampling come from the release's :class:`~models.randomness.NoiseSource`
-(OS entropy unless reproducible noise was asked for), the noise drawn as four summed Gaussians.
+way. Ghost clipping also offers DP-HFlow's fine-grained clipping (per layer, per unit, stochastic
+sparsification: :mod:`models.fine_grained_clipping`), each bounding a record's gradient by C. The
+noise and the sampling come from the release's :class:`~models.randomness.NoiseSource` (OS entropy
+unless reproducible noise was asked for), the noise drawn as four summed Gaussians.
 After the T steps the flow is released; it is (epsilon, delta)-DP for the records in ``x`` with
 epsilon from the PRV accountant (RDP and PLD alongside) and, for comparison with the papers, mu-GDP
 with mu = q sqrt(T (exp(1/sigma^2) - 1)) (:mod:`models.gaussian_dp`). Synthetic data sampled from
@@ -20,11 +22,14 @@ the flow are post-processing: they cost nothing more.
 
 Not covered: anything computed from the private records before training (imputation, scaling
 statistics) and any tuning of hyperparameters on them. ``plan=None`` trains without privacy (the
-mu = infinity column of seed 002).
+mu = infinity column of seed 002), optionally with early stopping on held-out rows
+(``validation_fraction``): the flow is returned at its best held-out log-likelihood.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 import warnings
 from dataclasses import dataclass, field, replace
 
@@ -34,6 +39,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import models.grad_samplers  # noqa: F401  (registers the MaskedLinear rule for the Opacus paths)
 from models.dp_sgd import check_accounted, endless, make_private_poisson
+from models.fine_grained_clipping import CLIPPING_MODES
 from models.noisy_step import ghost_steps
 from models.randomness import NoiseSource
 from models.release_plan import ReleasePlan
@@ -48,8 +54,11 @@ class DensityHyperparameters:
 
     learning_rate: float = 1e-3
     batch_size: int = 32            # non-private minibatch
-    steps: int = 1000               # non-private steps
-    seed: int = 0                   # non-private shuffling
+    steps: int = 1000               # non-private steps (at most, with early stopping)
+    seed: int = 0                   # non-private shuffling and validation split
+    validation_fraction: float = 0.0  # non-private: rows held out for early stopping (0: none)
+    eval_every: int = 50            # non-private: steps between validation log-likelihoods
+    patience: int = 5               # non-private: evaluations without improvement before stopping
 
 
 @dataclass
@@ -61,6 +70,7 @@ class DensityRelease:
     plan: dict | None               # ReleasePlan.record() of a DP release (sigma, q, T, C, delta, epsilons, mu)
     noise_source: str = "none"      # "os_entropy" (secret, never recorded) or "reproducible" (not DP)
     history: list[dict] = field(default_factory=list)  # losses on private batches: kept with patient-level files
+    early_stopping: dict | None = None  # non-private with a validation split: the steps taken and the best one
 
     @property
     def epsilon(self) -> float | None:
@@ -76,16 +86,49 @@ def _nll(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return -model(x)
 
 
-def _plain_steps(flow, x, hp, optimizer):
-    """Non-private: shuffled minibatches of the expected size, epoch after epoch."""
+def _plain_steps(flow, x, hp, optimizer, stopper: "_EarlyStopping | None" = None):
+    """Non-private: shuffled minibatches of the expected size, epoch after epoch (until ``stopper`` says stop)."""
     generator = torch.Generator().manual_seed(hp.seed)
+    step = 0
     while True:
         for idx in torch.randperm(len(x), generator=generator).to(x.device).split(hp.batch_size):
             optimizer.zero_grad(set_to_none=True)
             loss = _nll(flow, x[idx]).mean()
             loss.backward()
             optimizer.step()
+            step += 1
             yield float(loss.detach()), len(idx)
+            if stopper is not None and step % hp.eval_every == 0 and stopper.stop(step):
+                return
+
+
+class _EarlyStopping:
+    """Keeps the flow's state at its best held-out log-likelihood; stops after ``patience`` evaluations without a
+    better one. A flow trained without noise can otherwise drive a few training points' density to infinity
+    (held-out log-likelihood of -1e6 per patient on the demo table before this)."""
+
+    def __init__(self, flow: nn.Module, validation: torch.Tensor, patience: int):
+        self.flow, self.validation, self.patience = flow, validation, patience
+        self.best, self.best_step, self.stale, self.state = -math.inf, 0, 0, copy.deepcopy(flow.state_dict())
+        self.last_step = 0
+
+    def stop(self, step: int) -> bool:
+        self.last_step = step
+        score = mean_log_likelihood(self.flow, self.validation)
+        self.flow.train()
+        if math.isfinite(score) and score > self.best:
+            self.best, self.best_step, self.stale = score, step, 0
+            self.state = copy.deepcopy(self.flow.state_dict())
+            return False
+        self.stale += 1
+        return self.stale >= self.patience
+
+    def restore(self, max_steps: int) -> dict:
+        """Load the best state; return the steps taken, the best step and whether it stopped early."""
+        self.flow.load_state_dict(self.state)
+        early = self.stale >= self.patience
+        return {"steps_taken": self.last_step if early else max_steps, "best_step": self.best_step,
+                "stopped_early": early}
 
 
 def _opacus_steps(flow, x, optimizer, plan: ReleasePlan, noise: NoiseSource, mode: str, accounted: list):
@@ -106,31 +149,46 @@ def _opacus_steps(flow, x, optimizer, plan: ReleasePlan, noise: NoiseSource, mod
 
 def train_density(flow: nn.Module, x: torch.Tensor, hp: DensityHyperparameters = DensityHyperparameters(),
                   plan: ReleasePlan | None = None, noise: NoiseSource | None = None,
-                  grad_sample_mode: str = "ghost", log_every: int = 100, progress=None) -> DensityRelease:
+                  grad_sample_mode: str = "ghost", log_every: int = 100, progress=None, clipping: str = "flat",
+                  sparsity: float = 0.5) -> DensityRelease:
     """Fit ``flow`` (with ``log_prob``) to the rows of ``x`` in place: DP-SGD by ``plan``, or non-private if None.
 
     ``grad_sample_mode``: "ghost" (ghost clipping; every trainable parameter must sit in a layer with a
     rule, as the MAF's masked linear layers do) or an Opacus mode, "hooks" or "functorch". All three clip, noise and sample alike.
     ``noise`` (default: OS entropy) gives the DP noise and Poisson sampling. ``progress(done, total)``,
-    if given, is called every ``log_every`` steps.
+    if given, is called every ``log_every`` steps. ``clipping`` (ghost mode only): "flat" (one threshold C), or
+    "per_layer", "per_unit", "sparsified" (with ``sparsity``) of :mod:`models.fine_grained_clipping` (DP-HFlow's
+    fine-grained clipping); each bounds a record's clipped gradient by C, so the plan's accounting holds as is.
     """
+    if clipping not in CLIPPING_MODES:
+        raise ValueError(f"unknown clipping mode {clipping!r}: one of {CLIPPING_MODES}")
+    if clipping != "flat" and grad_sample_mode != "ghost":
+        raise ValueError(f"clipping={clipping!r} needs grad_sample_mode='ghost' (Opacus clips flat)")
     n = len(x)
     flow.train()
     optimizer = torch.optim.Adam([p for p in flow.parameters() if p.requires_grad], lr=hp.learning_rate)
     accounted: list = []
+    stopper = None
     if plan is None:
-        hp = replace(hp, batch_size=min(hp.batch_size, n))
-        total_steps, steps = hp.steps, _plain_steps(flow, x, hp, optimizer)
+        fit = x
+        if hp.validation_fraction > 0 and n >= 10:  # hold out rows: keep the flow at its best held-out fit
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(hp.seed + 1)).to(x.device)
+            held = max(1, round(hp.validation_fraction * n))
+            fit, stopper = x[order[held:]], _EarlyStopping(flow, x[order[:held]], hp.patience)
+        hp = replace(hp, batch_size=min(hp.batch_size, len(fit)))
+        total_steps, steps = hp.steps, _plain_steps(flow, fit, hp, optimizer, stopper)
     else:
         if plan.n != n:
             raise ValueError(f"the plan is for {plan.n} records, the data has {n}")
         noise = noise if noise is not None else NoiseSource.secret()
         total_steps = plan.steps
-        steps = (ghost_steps(flow, _nll, (x,), optimizer, plan, noise) if grad_sample_mode == "ghost"
-                 else _opacus_steps(flow, x, optimizer, plan, noise, grad_sample_mode, accounted))
+        steps = (ghost_steps(flow, _nll, (x,), optimizer, plan, noise, clipping, sparsity)
+                 if grad_sample_mode == "ghost" else _opacus_steps(flow, x, optimizer, plan, noise, grad_sample_mode,
+                                                                   accounted))
     history = run_steps(steps, total_steps, log_every, progress, "train_nll")
     if plan is None:
-        return DensityRelease("non_private", None, "none", history)
+        stopped = stopper.restore(total_steps) if stopper is not None else None
+        return DensityRelease("non_private", None, "none", history, stopped)
     if accounted:
         check_accounted(accounted[0], plan)
     return DensityRelease("dp_sgd", plan.record(), noise.kind, history)

@@ -44,7 +44,8 @@ from torch import nn
 from models.grud import InputDecay
 from models.made import MaskedLinear
 
-__all__ = ["GhostRule", "GHOST_RULES", "register_ghost_rule", "clipped_gradient_sum", "clipped_layers"]
+__all__ = ["GhostRule", "GHOST_RULES", "register_ghost_rule", "clipped_gradient_sum", "clipped_layers", "collect_calls",
+           "rule_of", "Call"]
 
 
 @dataclass
@@ -70,6 +71,15 @@ class GhostRule:
     def clipped_sums(self, layer: nn.Module, call: Call, scale: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
         """{parameter: sum_i scale_i g_i} for the layer's trainable parameters."""
         raise NotImplementedError
+
+    def per_sample_gradients(self, layer: nn.Module, call: Call) -> dict[nn.Parameter, torch.Tensor]:
+        """{parameter: (batch, *shape)} per-sample gradients, materialised (clipping modes that need the entries,
+        :mod:`models.fine_grained_clipping`). By default one clipped sum per sample with a one-hot scale: correct
+        for any rule, slow; rules override it with a closed form."""
+        b = call.backprop
+        rows = [self.clipped_sums(layer, call, torch.eye(len(b), dtype=b.dtype, device=b.device)[i])
+                for i in range(len(b))]
+        return {p: torch.stack([r[p] for r in rows]) for p in rows[0]} if rows else {}
 
 
 GHOST_RULES: dict[type, GhostRule] = {}
@@ -112,6 +122,18 @@ def _gram_norms(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (squared + margin).clamp(min=0)
 
 
+def _linear_per_sample(layer: nn.Module, call: Call, mask: torch.Tensor | None = None) -> dict:
+    """Per-sample gradients of a (masked) linear layer: sum_k B_ik^T A_ik (times the mask), sum_k B_ik."""
+    a, b = call.activation, call.backprop
+    grads = {}
+    if layer.weight.requires_grad:
+        weight = torch.einsum("bko,bki->boi", b, a)
+        grads[layer.weight] = weight if mask is None else weight * mask
+    if layer.bias is not None and layer.bias.requires_grad:
+        grads[layer.bias] = b.sum(1)
+    return grads
+
+
 def _linear_sums(layer: nn.Module, call: Call, scale: torch.Tensor, mask: torch.Tensor | None = None) -> dict:
     """sum_i scale_i g_i of a (masked) linear layer: from the per-sample gradients the norms were taken of where
     they were materialised, else one GEMM (scale * B)^T A over every token (then masked)."""
@@ -149,6 +171,9 @@ class LinearRule(GhostRule):
     def clipped_sums(self, layer, call, scale):
         return _linear_sums(layer, call, scale)
 
+    def per_sample_gradients(self, layer, call):
+        return _linear_per_sample(layer, call)
+
 
 @register_ghost_rule(MaskedLinear)
 class MaskedLinearRule(GhostRule):
@@ -167,6 +192,9 @@ class MaskedLinearRule(GhostRule):
 
     def clipped_sums(self, layer, call, scale):
         return _linear_sums(layer, call, scale, layer.mask)
+
+    def per_sample_gradients(self, layer, call):
+        return _linear_per_sample(layer, call, layer.mask)
 
 
 @register_ghost_rule(InputDecay)
@@ -196,8 +224,12 @@ class InputDecayRule(GhostRule):
     def clipped_sums(self, layer, call, scale):
         return {p: scale @ g for p, g in self._per_sample(layer, call).items()}
 
+    def per_sample_gradients(self, layer, call):
+        return dict(self._per_sample(layer, call))
 
-def _rule(module: nn.Module) -> GhostRule | None:
+
+def rule_of(module: nn.Module) -> GhostRule | None:
+    """The registered rule of ``module``'s type (or of its nearest registered base class)."""
     for t in type(module).__mro__:
         if t in GHOST_RULES:
             return GHOST_RULES[t]
@@ -213,7 +245,7 @@ def clipped_layers(model: nn.Module) -> list[nn.Module]:
     if coupled:
         raise ValueError(f"{coupled}: batch norm couples the samples of a batch; per-sample clipping cannot bound "
                          "one record's influence (remove it for DP training)")
-    layers = [m for m in model.modules() if _rule(m) is not None]
+    layers = [m for m in model.modules() if rule_of(m) is not None]
     owners: dict[int, int] = {}
     for layer in layers:
         for p in layer.parameters(recurse=False):
@@ -229,16 +261,12 @@ def clipped_layers(model: nn.Module) -> list[nn.Module]:
     return layers
 
 
-def clipped_gradient_sum(model: nn.Module, losses_fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...],
-                         max_grad_norm: float):
-    """(per-sample losses, per-sample gradient norms, {parameter: sum_i c_i g_i}) for ``losses_fn(model, *inputs)``,
-    which must return one loss per sample (batch first). An empty batch gives zero sums."""
+def collect_calls(model: nn.Module, losses_fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...]
+                  ) -> tuple[torch.Tensor, list[nn.Module], dict[nn.Module, Call]]:
+    """(per-sample losses, the ruled layers, {layer: its :class:`Call`}) of one forward and one backward of
+    ``losses_fn(model, *inputs)`` to the layer outputs (a layer whose output needs no gradient has no call)."""
     layers = clipped_layers(model)
-    trainable = [p for layer in layers for p in layer.parameters(recurse=False) if p.requires_grad]
     batch = len(inputs[0])
-    if batch == 0:
-        empty = torch.zeros(0, dtype=trainable[0].dtype, device=inputs[0].device)
-        return empty, empty, {p: torch.zeros_like(p) for p in trainable}
     calls: dict[nn.Module, list] = {layer: [] for layer in layers}
 
     def keep(layer, args, out):
@@ -258,13 +286,26 @@ def clipped_gradient_sum(model: nn.Module, losses_fn: Callable[..., torch.Tensor
     parts: dict[nn.Module, list] = {}
     for (layer, a, out), g in zip(flat, grads):
         parts.setdefault(layer, []).append((a, out, torch.zeros_like(out) if g is None else g))
-    joined = {layer: _join(p, batch, _rule(layer).needs_output) for layer, p in parts.items()}
-    squared = torch.zeros(batch, dtype=losses.dtype, device=losses.device)
+    return losses, layers, {layer: _join(p, batch, rule_of(layer).needs_output) for layer, p in parts.items()}
+
+
+def clipped_gradient_sum(model: nn.Module, losses_fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...],
+                         max_grad_norm: float):
+    """(per-sample losses, per-sample gradient norms, {parameter: sum_i c_i g_i}) for ``losses_fn(model, *inputs)``,
+    which must return one loss per sample (batch first). An empty batch gives zero sums."""
+    if len(inputs[0]) == 0:
+        layers = clipped_layers(model)
+        trainable = [p for layer in layers for p in layer.parameters(recurse=False) if p.requires_grad]
+        empty = torch.zeros(0, dtype=trainable[0].dtype, device=inputs[0].device)
+        return empty, empty, {p: torch.zeros_like(p) for p in trainable}
+    losses, layers, joined = collect_calls(model, losses_fn, inputs)
+    trainable = [p for layer in layers for p in layer.parameters(recurse=False) if p.requires_grad]
+    squared = torch.zeros(len(inputs[0]), dtype=losses.dtype, device=losses.device)
     for layer, call in joined.items():
-        squared = squared + _rule(layer).squared_norms(layer, call)
+        squared = squared + rule_of(layer).squared_norms(layer, call)
     norms = squared.sqrt()
     scale = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
     sums = {p: torch.zeros_like(p) for p in trainable}
     for layer, call in joined.items():
-        sums.update(_rule(layer).clipped_sums(layer, call, scale))
+        sums.update(rule_of(layer).clipped_sums(layer, call, scale))
     return losses.detach(), norms, sums

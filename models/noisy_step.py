@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from models.fine_grained_clipping import CLIPPING_MODES, fine_grained_clipped_sum
 from models.ghost_clipping import clipped_gradient_sum
 from models.randomness import NoiseSource, gaussian_noise
 from models.release_plan import ReleasePlan
@@ -38,18 +39,31 @@ def set_noised_gradients(sums: dict[torch.nn.Parameter, torch.Tensor], plan: Rel
 
 
 def ghost_steps(model: torch.nn.Module, losses_fn, data: tuple[torch.Tensor, ...], optimizer: torch.optim.Optimizer,
-                plan: ReleasePlan, noise: NoiseSource):
+                plan: ReleasePlan, noise: NoiseSource, clipping: str = "flat", sparsity: float = 0.5):
     """DP-SGD steps by ghost clipping (:mod:`models.ghost_clipping`), endlessly: a Poisson batch of the rows of
     ``data`` (tensors of the plan's n rows), the clipped sum of the gradients of ``losses_fn(model, *batch)`` (one
-    loss per row), N(0, sigma^2 C^2), one optimizer step; yields (mean loss, batch size) after each."""
+    loss per row), N(0, sigma^2 C^2), one optimizer step; yields (mean loss, batch size) after each.
+
+    ``clipping``: "flat" (one threshold C for the whole gradient) or a fine-grained mode of
+    :mod:`models.fine_grained_clipping` ("per_layer", "per_unit", "sparsified" with ``sparsity``, its gammas from
+    the release's "sparsify" stream); every mode bounds a sample's clipped gradient by C, so the noise and the
+    accounting are the same."""
     if len(data[0]) != plan.n:
         raise ValueError(f"the plan is for {plan.n} records, the data has {len(data[0])}")
+    if clipping not in CLIPPING_MODES:
+        raise ValueError(f"unknown clipping mode {clipping!r}: one of {CLIPPING_MODES}")
     device = data[0].device
     sampler = noise.torch_generator("sampling")
     generator = noise.torch_generator("noise", device)
+    sparsify = noise.torch_generator("sparsify", device) if clipping == "sparsified" else None
     while True:
         idx = poisson_indices(plan, sampler).to(device)
-        losses, _, sums = clipped_gradient_sum(model, losses_fn, tuple(t[idx] for t in data), plan.max_grad_norm)
+        batch = tuple(t[idx] for t in data)
+        if clipping == "flat":
+            losses, _, sums = clipped_gradient_sum(model, losses_fn, batch, plan.max_grad_norm)
+        else:
+            losses, _, sums = fine_grained_clipped_sum(model, losses_fn, batch, plan.max_grad_norm, clipping,
+                                                       sparsity, sparsify)
         set_noised_gradients(sums, plan, generator)
         optimizer.step()
         yield float(losses.mean()) if len(idx) else 0.0, len(idx)
