@@ -1,6 +1,7 @@
-"""privehr-synthesize: EHR table -> [dvc pull if missing] -> validate (GX) -> split by patient -> MICE (m datasets)
--> privacy budget check (reserves every flow) -> [noisy patient count] -> DP-NF[imputation, budget, run] (each into
-the privacy ledger as it is trained) -> synthetic releases -> evaluate[release] + train-on-real baseline -> report.
+"""privehr-synthesize: check targets and bounds -> EHR table -> [dvc pull if missing] -> validate (GX) -> split by
+patient -> MICE (m datasets) -> privacy budget check (reserves every release) -> [noisy patient count] ->
+synthesizer[synthesizer, imputation, budget, run] (DP-NF, DP-HFlow, AIM, MST; each into the privacy ledger as it is
+trained) -> synthetic releases -> evaluate[release] + train-on-real baseline -> report.
 
 Tasks pass file paths only; the imputed patients stay under ``intermediate/``.
 """
@@ -16,7 +17,7 @@ from tasks.compute import CONCURRENT_FITS
 from tasks.impute import impute_ehr
 from tasks.release_budget import check_synthesis_budget
 from tasks.run_directory import create_run_directory, run_lock
-from tasks.synthesis import COUNT_KEY, release_patient_count, synthesize
+from tasks.synthesis import COUNT_KEY, check_synthesis_inputs, release_patient_count, synthesize
 from tasks.synthesis_report import write_synthesis_report
 from tasks.synthetic_evaluation import evaluate_original, evaluate_release
 from tasks.validate import validate_delivery
@@ -27,7 +28,8 @@ __all__ = ["synthesize_ehr"]
 
 @flow(name="privehr-synthesize", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=CONCURRENT_FITS))
 def synthesize_ehr(config: SynthesisConfig = SynthesisConfig(), device: str = "auto") -> dict:
-    """Synthesise ``config.path`` with DP-NF over the budget grid; return the report summary."""
+    """Synthesise ``config.path`` with each synthesizer over the budget grid; return the report summary."""
+    check_synthesis_inputs(config)  # a wrong target or a missing bound: refused before anything is read or spent
     run_dir = create_run_directory(config)
     with run_lock(run_dir):
         pull_inputs([str(config.path)])

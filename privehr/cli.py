@@ -51,15 +51,52 @@ def _cmd_demo_ehr(args) -> int:
 
 def _cmd_expectations_build(args) -> int:
     from privehr.specs import SPEC_DIR, load_ehr_spec, load_mimic_spec
-    from tasks.expectation_suites import ehr_suite, mimic_suites, write_suites
+    from tasks.expectation_suites import EXPECTATIONS_DIR, ehr_suite, mimic_suites, write_suites
 
-    suites = mimic_suites(load_mimic_spec())
-    suites += [ehr_suite(load_ehr_spec(p)) for p in sorted(SPEC_DIR.glob("*.yaml")) if p.stem != "mimic_extract"]
-    paths = write_suites(suites)
+    if args.spec:  # a user's table spec: its suite goes beside it (or to --out), where validation looks for it
+        specs = [load_ehr_spec(p) for p in args.spec]
+        suites = [ehr_suite(spec) for spec in specs]
+        out = args.out
+        if out is None and len({spec.source.resolve().parent for spec in specs}) > 1:
+            raise InputError("the specs are in different directories; pass --out DIR for their suites")
+        out = out or specs[0].source.parent
+        source = ", ".join(str(spec.source) for spec in specs)
+    else:
+        suites = mimic_suites(load_mimic_spec())
+        suites += [ehr_suite(load_ehr_spec(p)) for p in sorted(SPEC_DIR.glob("*.yaml")) if p.stem != "mimic_extract"]
+        out, source = args.out or EXPECTATIONS_DIR, str(SPEC_DIR)
+    paths = write_suites(suites, Path(out))
     counts = {s.name: len(s.expectations) for s in suites}
     _emit(args, {"suites": counts, "paths": paths},
-          "\n".join([f"wrote {len(paths)} suites from {SPEC_DIR}:"] + [f"  {p} ({counts[Path(p).stem]} expectations)"
-                                                                      for p in paths]))
+          "\n".join([f"wrote {len(paths)} suites from {source}:"] + [f"  {p} ({counts[Path(p).stem]} expectations)"
+                                                                     for p in paths]))
+    return 0
+
+
+def _cmd_spec_draft(args) -> int:
+    from tasks.spec_draft import DRAFT_WARNING, draft_spec, spec_yaml
+
+    spec, notes = draft_spec(args.table, args.name, args.max_categories)
+    if args.target:
+        kinds = {a["name"]: a["kind"] for a in spec["attributes"]}
+        if kinds.get(args.target) != "binary":
+            raise InputError(f"--target {args.target}: not a binary column of the draft (binary: "
+                             f"{', '.join(n for n, k in kinds.items() if k == 'binary') or 'none'})")
+        spec["targets"]["classification"] = args.target
+    text = spec_yaml(spec, notes)
+    if args.out:
+        if args.out.exists() and not args.force:
+            raise InputError(f"{args.out} exists; pass --force to overwrite it")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    print(f"privehr: warning: {DRAFT_WARNING}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"spec": spec, "notes": notes, "warning": DRAFT_WARNING,
+                          "path": str(args.out) if args.out else None}, indent=2))
+    elif args.out:
+        print("\n".join([f"wrote {args.out}: {len(spec['attributes'])} attributes"] + [f"  - {n}" for n in notes]))
+    else:
+        print(text, end="")
     return 0
 
 
@@ -317,8 +354,13 @@ def _cmd_synthesize(args) -> int:
     from privehr.config import SynthesisConfig
 
     raw = _release_run_settings(args, {"path": args.data, "spec": args.spec, "runs": args.runs,
-                                       "releases": args.releases, "mus": args.mu, "epsilons": args.epsilon},
-                                (("mice", "m", args.m), ("dpnf", "steps", args.steps)))
+                                       "releases": args.releases, "mus": args.mu, "epsilons": args.epsilon,
+                                       "synthesizers": args.synthesizers,
+                                       "classification_target": args.classification_target,
+                                       "regression_target": args.regression_target,
+                                       "excluded_features": args.exclude},
+                                (("mice", "m", args.m), ("mice", "max_iter", args.iterations),
+                                 ("dpnf", "steps", args.steps), ("hflow", "steps", args.steps)))
     if (args.mu is None) != (args.epsilon is None):  # budgets given on the command line are the whole grid
         raw.setdefault("mus" if args.mu is None else "epsilons", [])
     try:
@@ -327,6 +369,9 @@ def _cmd_synthesize(args) -> int:
         raise InputError(f"invalid synthesize settings: {err}") from None
     from tasks.versioning import pull_inputs
 
+    from tasks.synthesis import check_synthesis_inputs
+
+    check_synthesis_inputs(config)  # targets, bounds, baselines: one line now, not after a budget is spent
     pull_inputs.fn([str(config.path)])  # a fresh clone: fetch the versioned table first
     if not Path(config.path).exists():
         raise InputError(f"EHR table not found: {config.path}; pass --data, or write the demo table with "
@@ -443,8 +488,25 @@ def _parser() -> argparse.ArgumentParser:
     expectations = sub.add_parser("expectations", help="Great Expectations suites in expectations/")
     expectations_sub = expectations.add_subparsers(dest="expectations_command", required=True)
     build = expectations_sub.add_parser("build", parents=[common],
-                                        help="regenerate the suites from expectations/specs (review the diff)")
+                                        help="regenerate the suites from expectations/specs (review the diff), or "
+                                             "build the suite of your own spec files (--spec)")
+    build.add_argument("--spec", nargs="+", type=Path, help="spec YAML file(s) of your own tables: their suites are "
+                       "written beside them (validation finds them there)")
+    build.add_argument("--out", type=Path, help="directory for the suites (default: expectations/, or beside --spec)")
     build.set_defaults(func=_cmd_expectations_build)
+
+    spec = sub.add_parser("spec", help="table specs: the one file a user writes to bring a table")
+    spec_sub = spec.add_subparsers(dest="spec_command", required=True)
+    draft = spec_sub.add_parser("draft", parents=[common], help="draft a spec from a CSV (kinds, bounds and "
+                                "categories guessed from its values: confirm them, replace private bounds)")
+    draft.add_argument("table", type=Path, help="CSV with a header row, one record per row (read only)")
+    draft.add_argument("--out", type=Path, help="write the YAML here (default: print it)")
+    draft.add_argument("--name", help="the spec's name (default: from the file name)")
+    draft.add_argument("--target", help="a binary column the utility classifiers predict (targets.classification)")
+    draft.add_argument("--max-categories", type=int, default=20, help="text columns with at most this many "
+                       "distinct values are categorical (default 20)")
+    draft.add_argument("--force", action="store_true", help="overwrite --out")
+    draft.set_defaults(func=_cmd_spec_draft)
 
     validate = sub.add_parser("validate", parents=[common], help="validate deliveries (no training); exit 1 "
                               "when a critical expectation fails")
@@ -523,7 +585,16 @@ def _parser() -> argparse.ArgumentParser:
     synth.add_argument("--m", type=int, help="MICE imputations")
     synth.add_argument("--runs", type=int, help="flows per imputation and budget")
     synth.add_argument("--releases", type=int, help="synthetic tables per flow")
-    synth.add_argument("--steps", type=int, help="DP-SGD steps T")
+    synth.add_argument("--iterations", type=int, help="MICE rounds")
+    synth.add_argument("--steps", type=int, help="DP-SGD steps T (of every flow synthesizer)")
+    synth.add_argument("--synthesizers", nargs="+", choices=("maf", "hflow", "aim", "mst"),
+                       help="maf: DP-NF (default); hflow: DP-HFlow (mixed types); aim, mst: marginal baselines "
+                            "(epsilon budgets; pip install 'privehr[baselines]')")
+    synth.add_argument("--classification-target", help="binary column of the utility classifiers (default: the "
+                                                       "spec's targets.classification)")
+    synth.add_argument("--regression-target", help="numeric column of the random forest (default: the spec's)")
+    synth.add_argument("--exclude", nargs="+", help="columns left out of the utility models' inputs (default: the "
+                                                    "spec's targets.excluded_features)")
     synth.add_argument("--no-non-private", action="store_true", help="no non-private comparison flow (mu = inf)")
     _add_release_run_options(synth, "trained flows are not retrained")
     synth.set_defaults(func=_cmd_synthesize)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privehr.errors import InputError
 
-__all__ = ["ExpMNFConfig", "DPNFConfig", "Budget", "SynthesisConfig", "DataConfig", "ValidationConfig",
+__all__ = ["ExpMNFConfig", "DPNFConfig", "HFlowConfig", "MarginalConfig", "MARGINAL_SYNTHESIZERS", "Budget", "SynthesisConfig", "DataConfig", "ValidationConfig",
            "StewardConfig", "MICEConfig", "StaticImputationConfig", "EHRPrepareConfig", "SplitConfig",
            "NonPrivateConfig", "DPSGDConfig", "GRUDConfig", "TrainingConfig",
            "Cell", "AuditConfig", "PrivacyConfig", "VersioningConfig", "PipelineConfig", "EvaluationConfig",
@@ -37,6 +37,20 @@ def _moved(old: str, new: str):
             raise ValueError(f"{old} moved to {new} (one setting for every release and the ledger)")
         return data
     return model_validator(mode="before")(check)
+
+
+def _ledger_beside_runs(config):
+    """Unless ``privacy.ledger_path`` is set, the ledger lives in ``artifacts_dir`` (where the runs go), never in a
+    directory the user did not name."""
+    if "ledger_path" not in config.privacy.model_fields_set:
+        privacy = config.privacy.model_copy(update={"ledger_path": _default_ledger(config)})
+        privacy.__pydantic_fields_set__.discard("ledger_path")  # still the default, in its place
+        config.privacy = privacy
+    return config
+
+
+def _default_ledger(config) -> Path:
+    return Path(config.artifacts_dir) / PrivacyConfig.model_fields["ledger_path"].default.name
 
 
 def _resume_needs_run_id(config):
@@ -133,7 +147,8 @@ class PrivacyConfig(_Strict):
 
     ledger_path: Path = Field(Path("artifacts/privacy_ledger.jsonl"),
                               description="append-only record of every release per dataset (proven writable "
-                                          "before any private record is read)")
+                                          "before any private record is read); default: privacy_ledger.jsonl in "
+                                          "the run's artifacts_dir")
     budget_epsilon: PositiveFloat | None = Field(
         None, description="refuse runs whose releases would take the dataset's composed epsilon above this; a "
                           "release without a DP guarantee (non-private, ExpM+NF, reproducible noise) never fits")
@@ -162,8 +177,55 @@ class DPNFConfig(_Strict):
                                                             "q = 1 / ceil(n / ceil(q n)) is recorded")
     max_grad_norm: float = Field(10.0, gt=0, description="per-sample clipping norm C (seed 002: 10)")
     learning_rate: float = Field(3e-3, gt=0, description="Adam")
+    validation_fraction: float = Field(0.2, ge=0, lt=1, description="the non-private flow only: share of its "
+                                       "training patients held out for early stopping (0: train all steps)")
+    patience: int = Field(5, ge=1, description="the non-private flow only: held-out evaluations (every 50 steps) "
+                                               "without improvement before it stops at its best")
 
     _reproducible_moved = _moved("reproducible_noise", "privacy.reproducible_noise")
+
+
+class HFlowConfig(_Strict):
+    """DP-HFlow (seed 004: Lee, Kim, Jeong, Ro, "Differentially Private Normalizing Flows for Synthetic Tabular Data
+    Generation", AAAI 2022): dequantized discrete columns, conditional autoregressive spline blocks shared among the
+    sub-flows, low-rank linear layers, fine-grained clipping."""
+
+    blocks: int = Field(3, ge=1, description="spline + low-rank linear blocks, reversed order between blocks "
+                                             "(seed 004: 3)")
+    hidden_size: int = Field(64, ge=2, description="the shared conditional MADE's hidden units")
+    hidden_layers: int = Field(1, ge=1)
+    bins: int = Field(8, ge=2, description="rational-quadratic spline bins")
+    rank: int = Field(2, ge=1, description="rank of the low-rank linear layers")
+    dequantization: Literal["uniform", "variational"] = Field(
+        "uniform", description="of discrete columns (seed 004: variational helps at large epsilon, uniform at small)")
+    clipping: Literal["flat", "per_layer", "per_unit", "sparsified"] = Field(
+        "flat", description="per-sample clipping: one norm (flat), per layer, per unit, or per layer after "
+                            "stochastic sparsification (seed 004's fine-grained modes); every mode bounds a sample's "
+                            "whole gradient by max_grad_norm. Flat was as good or better on WHAS500 and GBSG2 "
+                            "(bench/mixed_type_synthesis.py)")
+    sparsity: float = Field(0.5, ge=0, lt=1, description="share of each layer's gradient entries sparsified "
+                                                        "(clipping: sparsified)")
+    steps: int = Field(500, ge=1, description="DP-SGD steps T")
+    sample_rate: float = Field(0.5, gt=0, le=1, description="Poisson rate q")
+    max_grad_norm: float = Field(1.0, gt=0, description="per-sample clipping norm C (split among layers by the "
+                                                        "fine-grained modes)")
+    learning_rate: float = Field(3e-3, gt=0, description="Adam")
+    validation_fraction: float = Field(0.2, ge=0, lt=1, description="the non-private flow only: share of its "
+                                       "training patients held out for early stopping (0: train all steps)")
+    patience: int = Field(5, ge=1, description="the non-private flow only: held-out evaluations (every 50 steps) "
+                                               "without improvement before it stops at its best")
+
+
+class MarginalConfig(_Strict):
+    """AIM and MST (McKenna et al.) through private-pgm (``pip install privehr[baselines]``): the marginal-based
+    baselines, run on the same training patients at the same (epsilon, delta)."""
+
+    bins: int = Field(16, ge=2, le=64, description="equal-width bins of each numeric column's bounds (public)")
+    max_model_size: float = Field(80.0, gt=0, description="AIM: the model's size limit in MB")
+
+
+Synthesizer = Literal["maf", "hflow", "aim", "mst"]
+MARGINAL_SYNTHESIZERS = ("aim", "mst")
 
 
 class SynthesisMICEConfig(MICEConfig):
@@ -210,17 +272,25 @@ class SynthesisConfig(EHRPrepareConfig):
                                                           "(two-sided geometric mechanism; entered in the ledger)")
     scaling: Literal["bounds", "train"] = Field("bounds", description="bounds: center/scale from the spec's "
                                                 "bounds (data-independent); train: training mean/sd (not private)")
-    classification_target: str = Field("hypertensive", description="SVM label (a 0/1 derived column)")
-    regression_target: str = Field("mean_pap", description="random-forest target (a derived column)")
-    excluded_features: list[str] = Field(default_factory=lambda: ["pap_diastolic", "pap_systolic"],
-                                         description="attributes the targets are computed from, left out of the "
-                                                     "utility models' inputs (else mean PAP is linear in them)")
+    synthesizers: list[Synthesizer] = Field(
+        default_factory=lambda: ["maf"], min_length=1,
+        description="maf: DP-NF (seed 002); hflow: DP-HFlow (seed 004, mixed types); aim, mst: marginal-based "
+                    "baselines (epsilon budgets only; pip install privehr[baselines])")
+    hflow: HFlowConfig = HFlowConfig()
+    marginal: MarginalConfig = MarginalConfig()
+    classification_target: str | None = Field(None, description="binary column the utility classifiers predict "
+                                                                "(default: the spec's targets.classification)")
+    regression_target: str | None = Field(None, description="numeric column the random forest predicts (default: "
+                                                            "the spec's targets.regression)")
+    excluded_features: list[str] | None = Field(None, description="columns left out of the utility models' inputs "
+                                                                  "(default: the spec's targets.excluded_features)")
     privacy: PrivacyConfig = Field(PrivacyConfig(), description="ledger, budget, delta and noise of the table's "
                                                                 "releases")
     resume: bool = Field(False, description="continue run_id's directory: flows whose release record exists are "
                                             "not retrained (a retrained flow would be a new, unrecorded release)")
 
     _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))
+    _ledger_beside_runs = model_validator(mode="after")(lambda self: _ledger_beside_runs(self))
     _delta_moved = _moved("delta", "privacy.delta")
     _ledger_moved = _moved("ledger_path", "privacy.ledger_path")
     _budget_moved = _moved("budget_epsilon", "privacy.budget_epsilon")
@@ -231,9 +301,18 @@ class SynthesisConfig(EHRPrepareConfig):
                                                                        for e in self.epsilons]
 
     def jobs(self) -> list[dict]:
-        """(imputation, budget, run) triples, one DP-NF fit each."""
-        return [{"imputation": i, "budget": b.model_dump(), "run": r, "job_id": f"imp{i}-{b.label}-run{r}"}
-                for i in range(self.mice.m) for b in self.budgets() for r in range(self.runs)]
+        """(synthesizer, imputation, budget, run), one release each. The marginal baselines take the epsilon budgets
+        only (they have no non-private form and no mu-GDP calibration). The MAF's job ids carry no prefix."""
+        return [{"synthesizer": s, "imputation": i, "budget": b.model_dump(), "run": r,
+                 "job_id": f"{'' if s == 'maf' else s + '-'}imp{i}-{b.label}-run{r}"}
+                for s in self.synthesizers for i in range(self.mice.m) for b in self.budgets() for r in range(self.runs)
+                if s not in MARGINAL_SYNTHESIZERS or b.kind == "epsilon"]
+
+    def targets(self, spec) -> tuple[str | None, str | None, list[str]]:
+        """(classification target, regression target, excluded features): these settings, else the spec's."""
+        t = spec.targets
+        return (self.classification_target or t.classification, self.regression_target or t.regression,
+                t.excluded_features if self.excluded_features is None else self.excluded_features)
 
 
 class SplitConfig(_Strict):
@@ -434,7 +513,8 @@ class PipelineConfig(_Strict):
             # a field set to its default changes nothing (and every field is set in a saved config.json)
             given = self.synthesis.privacy
             shared = [f for f in given.model_fields_set - {"dataset_id"}
-                      if getattr(given, f) != type(given).model_fields[f].get_default(call_default_factory=True)]
+                      if getattr(given, f) != type(given).model_fields[f].get_default(call_default_factory=True)
+                      and not (f == "ledger_path" and given.ledger_path == _default_ledger(self.synthesis))]
             if shared:
                 raise ValueError(f"synthesis.privacy.{sorted(shared)[0]}: the synthesis subflow uses the pipeline's "
                                  "privacy settings; set them under privacy (synthesis.privacy takes only dataset_id, "
@@ -442,6 +522,7 @@ class PipelineConfig(_Strict):
         return self
 
     _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))
+    _ledger_beside_runs = model_validator(mode="after")(lambda self: _ledger_beside_runs(self))
 
 
 SEED_000_EPSILONS = [1e-4, 1e-3, 1e-2, 0.1, 0.5, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0]

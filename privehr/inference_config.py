@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from privehr.config import DPNFConfig, PositiveFloat, PrivacyConfig, _resume_needs_run_id, _Strict
+from privehr.config import DPNFConfig, PositiveFloat, PrivacyConfig, _ledger_beside_runs, _resume_needs_run_id, _Strict
 
 __all__ = ["VIConfig", "RecordDensityConfig", "SyntheticVIConfig", "InferenceConfig"]
 
@@ -86,6 +86,7 @@ class InferenceConfig(_Strict):
     resume: bool = Field(False, description="continue run_id's directory: fits whose result exists are not redone")
 
     _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))
+    _ledger_beside_runs = model_validator(mode="after")(lambda self: _ledger_beside_runs(self))
 
     @model_validator(mode="after")
     def _distinct(self):

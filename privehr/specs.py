@@ -12,12 +12,12 @@ from typing import Literal
 
 import pandas as pd
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from privehr.errors import InputError
 
-__all__ = ["SPEC_DIR", "VariableBounds", "MimicExtractSpec", "EHRTableSpec", "DerivedColumn",
-           "load_mimic_spec", "load_ehr_spec"]
+__all__ = ["SPEC_DIR", "VariableBounds", "ColumnKind", "DISCRETE_KINDS", "SynthesisTargets", "MimicExtractSpec", "EHRTableSpec", "DerivedColumn",
+           "load_mimic_spec", "load_ehr_spec", "check_targets"]
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "expectations" / "specs"
 
@@ -26,10 +26,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+ColumnKind = Literal["numeric", "integer", "binary", "categorical", "ordinal"]
+DISCRETE_KINDS = ("binary", "categorical", "ordinal")
+
+
 class VariableBounds(_Strict):
-    """One variable: unit, valid range [valid_low, valid_high] and outlier bounds beyond it."""
+    """One variable: its kind, unit, valid range [valid_low, valid_high] and outlier bounds beyond it.
+
+    ``kind``: ``numeric`` (continuous), ``integer`` (a count or a whole number: non-integers are
+    quarantined), ``binary`` (two categories, by default the tokens 0 and 1), ``categorical`` (unordered
+    ``categories``) or ``ordinal`` (``categories`` in their order). A discrete column (binary, categorical,
+    ordinal) is held as its category's code 0..k-1 and written back as the category itself.
+    """
 
     name: str
+    kind: ColumnKind = "numeric"
+    categories: list[str | int | float] | None = Field(
+        None, description="the column's categories as they appear in the file (categorical and ordinal: required; "
+                          "ordinal: in order; binary: two, default [0, 1])")
     unit: str = ""
     description: str = ""
     valid_low: float | None = None
@@ -45,7 +59,34 @@ class VariableBounds(_Strict):
         if bounds != sorted(bounds):
             raise ValueError(f"bounds of {self.name!r} must satisfy outlier_low <= valid_low <= valid_high "
                              f"<= outlier_high")
+        if self.kind in ("categorical", "ordinal") and not self.categories:
+            raise ValueError(f"{self.name!r} is {self.kind}: list its categories (categories: [a, b, ...])")
+        if self.kind == "binary" and self.categories is not None and len(self.categories) != 2:
+            raise ValueError(f"{self.name!r} is binary: give exactly two categories (or none for 0 and 1)")
+        if self.kind in ("numeric", "integer") and self.categories is not None:
+            raise ValueError(f"{self.name!r} is {self.kind}: categories belong to binary, categorical and ordinal "
+                             "columns (set kind)")
+        if self.categories is not None and len({str(c) for c in self.categories}) != len(self.categories):
+            raise ValueError(f"{self.name!r}: its categories repeat")
+        if self.kind in DISCRETE_KINDS and any(b is not None for b in bounds):
+            raise ValueError(f"{self.name!r} is {self.kind}: its categories are its domain; remove the bounds")
         return self
+
+    @property
+    def discrete(self) -> bool:
+        """Held as a code 0..k-1 of its categories."""
+        return self.kind in DISCRETE_KINDS
+
+    @property
+    def levels(self) -> list:
+        """The categories of a discrete column (binary: [0, 1] unless given); [] otherwise."""
+        if self.kind == "binary" and self.categories is None:
+            return [0, 1]
+        return list(self.categories or [])
+
+    def code_range(self) -> tuple[float | None, float | None]:
+        """The column's range as held in a frame: 0..k-1 for a discrete column, the valid bounds otherwise."""
+        return (0.0, float(len(self.levels) - 1)) if self.discrete else (self.valid_low, self.valid_high)
 
 
 class StayHours(_Strict):
@@ -101,6 +142,17 @@ class DerivedColumn(_Strict):
     name: str
     expression: str
     unit: str = ""
+    kind: Literal["numeric", "binary"] = Field("numeric", description="binary: the expression is a 0/1 condition")
+
+
+class SynthesisTargets(_Strict):
+    """What the synthesis report's utility models predict (train on synthetic, test on real)."""
+
+    classification: str | None = Field(None, description="a binary attribute or 0/1 derived column (TSTR "
+                                                          "classifier panel, SVM)")
+    regression: str | None = Field(None, description="a numeric attribute or derived column (random forest MSE)")
+    excluded_features: list[str] = Field([], description="attributes the targets are computed from, left out of "
+                                                         "the utility models' inputs")
 
 
 class EHRTableSpec(_Strict):
@@ -113,19 +165,62 @@ class EHRTableSpec(_Strict):
     id_prefix: str = "row-"
     drop_attributes_missing_in_more_than: int | None = None
     min_rows: int = 1
+    drafted_from_data: bool = Field(
+        False, description="written by `privehr spec draft`: bounds and categories were read from the private "
+                           "records, so a scaling or binning by them is outside the DP guarantee (its tables stay "
+                           "under intermediate/); remove once they are replaced by public facts")
     public_patient_count: bool = Field(
         False, description="the number of patients is public (e.g. published with the data): release records and "
                            "synthetic tables may carry it exactly; otherwise tables are sized by a noisy count")
     attributes: list[VariableBounds]
     derived: list[DerivedColumn] = []
+    targets: SynthesisTargets = SynthesisTargets()
+    _source: Path | None = PrivateAttr(None)  # the YAML it was read from
+
+    @property
+    def source(self) -> Path | None:
+        return self._source
+
+    @property
+    def bundled(self) -> bool:
+        """Shipped with privehr (its reviewed suite is in expectations/), not a user's spec file."""
+        return self._source is not None and self._source.resolve().parent == SPEC_DIR.resolve()
 
     def bounds(self) -> dict[str, VariableBounds]:
         return {a.name: a for a in self.attributes}
 
+    def kinds(self) -> dict[str, str]:
+        """Column -> kind for the attributes and the derived columns."""
+        return {a.name: a.kind for a in self.attributes} | {d.name: d.kind for d in self.derived}
+
+
+def check_targets(spec: EHRTableSpec, classification: str | None, regression: str | None,
+                  excluded: list[str]) -> None:
+    """Refuse, in one message, targets the table does not have: before anything is trained or any budget spent."""
+    kinds = spec.kinds()
+    problems = []
+    for role, name, allowed in (("classification", classification, ("binary",)),
+                                ("regression", regression, ("numeric", "integer", "ordinal"))):
+        if name is None:
+            continue
+        if name not in kinds:
+            problems.append(f"the {role} target {name!r} is not a column of {spec.name} (columns: "
+                            f"{', '.join(kinds)})")
+        elif kinds[name] not in allowed:
+            problems.append(f"the {role} target {name!r} is {kinds[name]}; it must be {' or '.join(allowed)}")
+    unknown = [e for e in excluded if e not in kinds]
+    if unknown:
+        problems.append(f"excluded feature(s) {unknown} are not columns of {spec.name}")
+    if problems:
+        raise InputError("; ".join(problems) + ". Fix targets: in the spec, or pass --classification-target / "
+                         "--regression-target / --exclude.")
+
 
 def _read_yaml(path: Path) -> dict:
     if not path.exists():
-        raise InputError(f"table spec not found: {path}. Specs live in {SPEC_DIR}; pass --spec PATH.")
+        raise InputError(f"table spec not found: {path}. Pass the path of a spec YAML (bundled specs, by name: "
+                         f"{', '.join(sorted(p.stem for p in SPEC_DIR.glob('*.yaml')))}); "
+                         "`privehr spec draft TABLE.csv` writes a starting one.")
     try:
         return yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
@@ -158,4 +253,6 @@ def load_ehr_spec(name_or_path: str | Path) -> EHRTableSpec:
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         path = SPEC_DIR / f"{name_or_path}.yaml"
-    return _validated(EHRTableSpec, _read_yaml(path), path)
+    spec = _validated(EHRTableSpec, _read_yaml(path), path)
+    spec._source = path
+    return spec

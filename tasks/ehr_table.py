@@ -24,14 +24,16 @@ from models.derived_columns import derived_sources
 from privehr.errors import InputError
 from privehr.specs import EHRTableSpec
 
-__all__ = ["EHRTable", "read_ehr_table", "parse_ehr_table", "drop_by_missingness", "check_derived_sources", "ID"]
+__all__ = ["EHRTable", "read_ehr_table", "parse_ehr_table", "drop_by_missingness", "check_derived_sources", "ID",
+           "category_codes"]
 
 ID = "patient_id"
 
 
 @dataclass
 class EHRTable:
-    """``frame``: kept records x every spec attribute (float, NaN = missing), indexed by ``patient_id``.
+    """``frame``: kept records x every spec attribute (float, NaN = missing; a discrete attribute as its category's
+    code 0..k-1), indexed by ``patient_id``.
     ``parsed``: every spec attribute as read (numbers, before masking), for validation.
     ``quarantine``: suspect records and cells with reasons. ``decisions``: counts and dropped columns."""
 
@@ -128,15 +130,29 @@ def parse_ehr_table(table: pd.DataFrame, spec: EHRTableSpec) -> EHRTable:
     tokens = table[attributes].apply(lambda s: s.str.strip())
     is_na = tokens.isin(spec.file.na_tokens)
     numbers = tokens.where(~is_na).apply(pd.to_numeric, errors="coerce")
-    non_numeric = numbers.isna() & ~is_na
     parts = []
-    for column in attributes:
-        bad = non_numeric[column].to_numpy()
+    for a in spec.attributes:
+        present = ~is_na[a.name].to_numpy()
+        if a.discrete:
+            numbers[a.name] = category_codes(tokens[a.name].where(~is_na[a.name]), a.levels)
+            reason = "not one of the spec's categories"
+        else:
+            reason = "non-numeric token (not a number and not an NA token of the spec)"
+        bad = numbers[a.name].isna().to_numpy() & present
+        if not a.discrete and present.any() and bad[present].all():
+            raise InputError(f"{spec.name}: attribute {a.name!r} holds no number in any of its {int(present.sum())} "
+                             f"non-missing record(s), but the spec declares it {a.kind}. If it is a category "
+                             "column, declare kind: categorical (or binary, ordinal) with its categories in the spec.")
         if bad.any():
-            parts.append(q.records(table.loc[bad, [ID]], column, tokens.loc[bad, column],
-                                  "non-numeric token (not a number and not an NA token of the spec)"))
+            parts.append(q.records(table.loc[bad, [ID]], a.name, tokens.loc[bad, a.name], reason))
+        if a.kind == "integer":
+            fractional = (numbers[a.name] % 1 != 0).to_numpy() & ~bad & present
+            if fractional.any():
+                parts.append(q.records(table.loc[fractional, [ID]], a.name, tokens.loc[fractional, a.name],
+                                       "not a whole number (the spec declares an integer column)"))
+                numbers.loc[fractional, a.name] = np.nan
     parsed = pd.concat([table[[ID]], numbers], axis=1)
-    bounds = {a.name: (a.valid_low, a.valid_high) for a in spec.attributes}
+    bounds = {a.name: (a.valid_low, a.valid_high) for a in spec.attributes if not a.discrete}
     parts.append(q.beyond_bounds(parsed, bounds, [ID], "physiological"))
     parts += [q.missing_ids(parsed, [ID]), q.duplicate_keys(parsed.dropna(subset=[ID]), [ID], [ID]),
               q.duplicate_content(parsed, attributes, [ID])]
@@ -160,6 +176,29 @@ def parse_ehr_table(table: pd.DataFrame, spec: EHRTableSpec) -> EHRTable:
                  "dropped_attributes": dropped, "drop_rule": rule,
                  "quarantined": quarantine["reason"].value_counts().to_dict()}
     return EHRTable(frame, parsed, quarantine, decisions)
+
+
+def category_codes(tokens: pd.Series, levels: list) -> pd.Series:
+    """Each token's index in ``levels`` (float; NaN for a missing token or one that is no level). A token matches a
+    level written the same way, or a numeric level of equal value ("1.0" matches 1)."""
+    by_text = {str(level).strip(): i for i, level in enumerate(levels)}
+    by_value = {float(level): i for i, level in enumerate(levels) if _number(level) is not None}
+    def code(token):
+        if not isinstance(token, str):
+            return np.nan
+        if token in by_text:
+            return float(by_text[token])
+        value = _number(token)
+        return float(by_value[value]) if value is not None and value in by_value else np.nan
+    return tokens.map(code).astype(float)
+
+
+def _number(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if np.isfinite(number) else None
 
 
 def drop_by_missingness(frame: pd.DataFrame, spec: EHRTableSpec, records_read: int) -> tuple[pd.DataFrame, dict, str]:

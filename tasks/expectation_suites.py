@@ -16,7 +16,8 @@ import great_expectations.expectations as gxe
 
 from privehr.specs import EHRTableSpec, MimicExtractSpec
 
-__all__ = ["EXPECTATIONS_DIR", "mimic_suites", "ehr_suite", "write_suites", "read_suite", "suite_names"]
+__all__ = ["EXPECTATIONS_DIR", "mimic_suites", "ehr_suite", "write_suites", "read_suite", "suite_names",
+           "ehr_suite_for"]
 
 EXPECTATIONS_DIR = Path(__file__).resolve().parent.parent / "expectations"
 CRITICAL, WARNING = "critical", "warning"
@@ -114,7 +115,7 @@ def ehr_suite(spec: EHRTableSpec) -> gx.ExpectationSuite:
     """Suite of a small EHR table, validated on the records as read (numbers, before quarantine)."""
     columns = ["patient_id"] + list(spec.bounds())
     e = [gxe.ExpectTableColumnsToMatchSet(column_set=columns, exact_match=True, meta=_meta(
-            CRITICAL, "the spec's attributes, no others", f"edit expectations/specs/{spec.name}.yaml or the file")),
+            CRITICAL, "the spec's attributes, no others", f"edit the spec {spec.name} or the file")),
          gxe.ExpectTableRowCountToBeBetween(min_value=spec.min_rows, meta=_meta(
              CRITICAL, f"at least {spec.min_rows} records", "deliver the whole table")),
          gxe.ExpectColumnValuesToNotBeNull(column="patient_id", meta=_meta(
@@ -122,10 +123,17 @@ def ehr_suite(spec: EHRTableSpec) -> gx.ExpectationSuite:
          gxe.ExpectColumnValuesToBeUnique(column="patient_id", meta=_meta(
              WARNING, "ids are unique", "duplicated records are quarantined"))]
     for a in spec.attributes:
-        e.append(gxe.ExpectColumnValuesToBeBetween(column=a.name, min_value=a.valid_low, max_value=a.valid_high,
-                                                   meta=_meta(WARNING, f"{a.name} within physiological bounds "
-                                                              f"[{a.valid_low:g}, {a.valid_high:g}] {a.unit}",
-                                                              "values beyond are quarantined and treated as missing")))
+        if a.discrete:  # held as codes 0..k-1; a token that is no category is NaN here and quarantined
+            e.append(gxe.ExpectColumnValuesToBeInSet(column=a.name, value_set=list(range(len(a.levels))), meta=_meta(
+                WARNING, f"{a.name} is one of its {len(a.levels)} categories ({a.kind})",
+                "other tokens are quarantined and treated as missing")))
+        elif a.valid_low is not None or a.valid_high is not None:
+            shown = lambda b: "-inf" if b is None else f"{b:g}"  # noqa: E731  (an open side)
+            e.append(gxe.ExpectColumnValuesToBeBetween(
+                column=a.name, min_value=a.valid_low, max_value=a.valid_high,
+                meta=_meta(WARNING, f"{a.name} within physiological bounds [{shown(a.valid_low)}, "
+                           f"{shown(a.valid_high).replace('-inf', 'inf')}] {a.unit}".rstrip(),
+                           "values beyond are quarantined and treated as missing")))
     return gx.ExpectationSuite(name=spec.name, expectations=e, meta={"table": spec.name, "result_format": "BASIC"})
 
 
@@ -153,6 +161,18 @@ def read_suite(name: str, directory: Path = EXPECTATIONS_DIR) -> gx.ExpectationS
     if not path.exists():
         raise FileNotFoundError(f"suite {path} not found; run `privehr expectations build`")
     return gx.ExpectationSuite(**json.loads(path.read_text()))
+
+
+def ehr_suite_for(spec: EHRTableSpec) -> tuple[gx.ExpectationSuite, str]:
+    """(suite, where it came from) for validating a table of ``spec``: a bundled spec's reviewed suite in
+    expectations/; for a user's spec file the suite written beside it by ``privehr expectations build --spec``,
+    else the suite built from the spec now (the same expectations ``build`` would write)."""
+    if spec.bundled:
+        return read_suite(spec.name), str(EXPECTATIONS_DIR / f"{spec.name}.json")
+    beside = spec.source.parent / f"{spec.name}.json" if spec.source is not None else None
+    if beside is not None and beside.exists():
+        return read_suite(spec.name, beside.parent), str(beside)
+    return ehr_suite(spec), "built from the spec at validation time"
 
 
 def suite_names(spec) -> list[str]:

@@ -12,8 +12,10 @@ from matplotlib.patches import Patch  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-__all__ = ["plot_auroc_vs_epsilon", "plot_expm_boxplots", "plot_synthesis_utility", "plot_marginals", "plot_reliability",
-           "plot_subgroup_cost"]
+from models.mixed_fidelity import is_discrete  # noqa: E402
+
+__all__ = ["plot_auroc_vs_epsilon", "plot_expm_boxplots", "plot_synthesis_utility", "plot_reliability",
+           "plot_subgroup_cost", "marginal_histograms"]
 
 METHOD_LABELS = {"dp_sgd": "DP-SGD", "expm_nf": "ExpM+NF (eps~, no proven DP)"}
 
@@ -80,43 +82,97 @@ def plot_expm_boxplots(draws: pd.DataFrame, path: Path) -> Path | None:
     return path
 
 
-def plot_synthesis_utility(results: pd.DataFrame, originals: pd.DataFrame, budgets: list[str], path: Path) -> Path:
-    """SVM accuracy and random-forest MSE per budget (mean +- SD over tables), raw and truncated, with the
-    train-on-real baseline dashed."""
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    for ax, metric, name in zip(axes, ("svm_accuracy", "rf_mse"), ("SVM accuracy (hypertension)", "RF MSE (mean PAP)")):
+def plot_synthesis_utility(results: pd.DataFrame, originals: pd.DataFrame, budgets: list[str], path: Path,
+                           metrics: list[tuple[str, str]] | None = None) -> Path | None:
+    """Each (metric, title) per budget (mean +- SD over tables), raw and decoded/truncated, with the train-on-real
+    baseline dashed (default: seed 002's SVM accuracy and RF MSE). None when there is no metric to plot."""
+    metrics = [(m, t) for m, t in (metrics if metrics is not None else
+                                   [("svm_accuracy", "SVM accuracy"), ("rf_mse", "RF MSE")]) if m in results]
+    if not metrics:
+        return None
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 3.6), squeeze=False)
+    for ax, (metric, name) in zip(axes.ravel(), metrics):
         for truncated, marker in ((False, "o"), (True, "s")):
             part = results[results["truncated"] == truncated].groupby("budget_label")[metric]
             mean, sd = part.mean().reindex(budgets), part.std(ddof=1).reindex(budgets).fillna(0)
             ax.errorbar(range(len(budgets)), mean, yerr=sd, marker=marker, capsize=3,
-                        label="truncated" if truncated else "raw")
-        ax.axhline(originals[metric].mean(), ls="--", color="k", label="train on real")
-        ax.set_xticks(range(len(budgets)), budgets, rotation=30)
+                        label="decoded" if truncated else "raw")
+        if metric in originals:
+            ax.axhline(originals[metric].mean(), ls="--", color="k", label="train on real")
+        ax.set_xticks(range(len(budgets)), budgets, rotation=30, ha="right", fontsize=7)
         ax.set_title(name, fontsize=9)
         ax.legend(fontsize=7)
     _save(fig, path)
     return path
 
 
-def plot_marginals(real: pd.DataFrame, synthetic: pd.DataFrame, path: Path, title: str = "") -> Path:
-    """Histograms of each column, real against synthetic (seed 001 Fig. 3)."""
+def _discrete_panel(ax, real: pd.Series, synthetic: dict[str, pd.DataFrame], column: str, levels) -> None:
+    """Grouped bars of the share of rows at each real category; values outside them (invalid, unseen, NaN)
+    pooled into one last bar "other"."""
+    levels = list(levels) if levels is not None else sorted(real.dropna().unique(), key=lambda v: (str(type(v)), v))
+    series = {"real": real, **{name: frame[column] for name, frame in synthetic.items()}}
+    shares = {}
+    for name, values in series.items():
+        counts = pd.Series(values).value_counts(dropna=True)
+        share = np.array([counts.get(level, 0) for level in levels], float) / max(len(values), 1)
+        shares[name] = np.r_[share, 1.0 - share.sum()]
+    labels = [f"{v:g}" if isinstance(v, (float, np.floating)) else str(v) for v in levels]
+    if max(s[-1] for s in shares.values()) > 1e-12:
+        labels.append("other")
+    width = 0.8 / len(series)
+    for i, (name, share) in enumerate(shares.items()):
+        ax.bar(np.arange(len(labels)) + (i - (len(series) - 1) / 2) * width, share[:len(labels)], width,
+               color="0.6" if name == "real" else f"C{i - 1}", label=name)
+    ax.set_xticks(np.arange(len(labels)), labels, rotation=45 if len(labels) > 4 else 0, fontsize=6)
+    ax.set_ylabel("share of rows", fontsize=6)
+
+
+def _continuous_panel(ax, real: pd.Series, synthetic: dict[str, pd.DataFrame], column: str) -> None:
+    """The real histogram filled, each synthesizer's as a step line, on common bins over the pooled
+    0.5-99.5 percentiles."""
+    values = {"real": real, **{name: frame[column] for name, frame in synthetic.items()}}
+    values = {k: pd.to_numeric(pd.Series(v), errors="coerce").to_numpy(float) for k, v in values.items()}
+    values = {k: v[np.isfinite(v)] for k, v in values.items()}
+    pooled = np.concatenate(list(values.values()))
+    if not len(pooled):
+        return
+    low, high = np.percentile(pooled, [0.5, 99.5])
+    low, high = (low - 0.5, high + 0.5) if high <= low else (low, high)
+    bins = np.linspace(low, high, 31)
+    for i, (name, x) in enumerate(values.items()):
+        if not len(x):
+            continue
+        if name == "real":
+            ax.hist(x, bins=bins, density=True, color="0.6", alpha=0.6, label=name)
+        else:
+            ax.hist(x, bins=bins, density=True, histtype="step", linewidth=1.2, color=f"C{i - 1}", label=name)
+    ax.set_ylabel("density", fontsize=6)
+
+
+def marginal_histograms(real: pd.DataFrame, synthetic: dict[str, pd.DataFrame], kinds: dict, path: Path,
+                        categories: dict | None = None) -> Path:
+    """One panel per column of ``real``, real against each synthesizer (seed 004 Fig. 3): grouped bars of
+    category shares for discrete columns (the rule of :func:`models.mixed_fidelity.is_discrete`; invalid
+    synthetic values such as a 0.37 in a binary column show as the "other" bar), overlaid histograms (real
+    filled, synthesizers as step lines, density) for continuous ones. Titled by column name only."""
+    categories = categories or {}
     columns = list(real.columns)
-    ncols = 5
-    nrows = int(np.ceil(len(columns) / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(2.6 * ncols, 2.0 * nrows), squeeze=False)
-    for ax, column in zip(axes.ravel(), columns):
-        values = np.r_[real[column], synthetic[column]]
-        bins = np.linspace(np.nanpercentile(values, 1), np.nanpercentile(values, 99), 20)
-        ax.hist(real[column], bins=bins, alpha=0.5, density=True, label="real")
-        ax.hist(synthetic[column], bins=bins, alpha=0.5, density=True, label="synthetic")
-        ax.set_title(column, fontsize=7)
+    ncols = min(4, max(len(columns), 1))
+    nrows = max(-(-len(columns) // ncols), 1)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.0 * ncols, 2.3 * nrows), squeeze=False)
+    for ax, column in zip(axes.flat, columns):
+        if is_discrete(kinds[column], real[column]):
+            _discrete_panel(ax, real[column], synthetic, column, categories.get(column))
+        else:
+            _continuous_panel(ax, real[column], synthetic, column)
+        ax.set_title(str(column), fontsize=8)
         ax.tick_params(labelsize=6)
-    for ax in axes.ravel()[len(columns):]:
+        ax.grid(alpha=0.3, axis="y")
+    for ax in axes.flat[len(columns):]:
         ax.axis("off")
     axes[0, 0].legend(fontsize=6)
-    fig.suptitle(title, fontsize=9)
-    _save(fig, path, dpi=110)
-    return path
+    _save(fig, Path(path), dpi=110)
+    return Path(path)
 
 
 def _eps_text(eps: float) -> str:

@@ -38,6 +38,17 @@ def _pooled(frames: list[pd.DataFrame], column: str) -> dict | None:
             p.fraction_missing_information, "degrees_of_freedom": p.degrees_of_freedom, "m": p.m}
 
 
+def _whole_numbers(part: pd.DataFrame, columns: list[str], bounds: dict) -> pd.DataFrame:
+    """MICE draws of integer columns and of discrete columns' codes rounded to a whole number within the column's
+    range (a category code 0..k-1, an integer within its bounds)."""
+    part = part.copy()
+    for c in columns:
+        low, high = bounds[c]
+        part[c] = np.clip(np.rint(part[c]), -np.inf if low is None else np.ceil(low),
+                          np.inf if high is None else np.floor(high))
+    return part
+
+
 @task(name="impute")
 def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
     """Split the table's patients, run MICE fitted on the training patients; return imputation.json's path."""
@@ -53,7 +64,8 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
     decisions = {**table.decisions, "dropped_attributes": dropped, "attributes_kept": len(train.columns),
                  "drop_rule": rule, "drop_decided_on": "training patients",
                  "dropped_on_whole_delivery": table.decisions["dropped_attributes"]}
-    bounds = {a.name: (a.valid_low, a.valid_high) for a in spec.attributes if a.name in frame}
+    bounds = {a.name: a.code_range() for a in spec.attributes if a.name in frame}
+    whole = [a.name for a in spec.attributes if a.name in frame and (a.discrete or a.kind == "integer")]
     mice = config.mice
     result = multiple_imputation(train, test, m=mice.m, max_iter=mice.max_iter, seed=mice.seed, bounds=bounds,
                                  trace=mice.trace)
@@ -62,11 +74,12 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
     completed = {"train": [], "test": []}
     for i, (tr, te) in enumerate(zip(result.train, result.other)):
         for name, part in (("train", tr), ("test", te)):
+            part = _whole_numbers(part, whole, bounds)
             full = add_derived(part, spec.derived)
             full.to_csv(out / f"{name}_{i}.csv")
             completed[name].append(full)
-    within = all(((f[c] >= lo) & (f[c] <= hi)).all() for part in completed.values() for f in part
-                 for c, (lo, hi) in bounds.items())
+    within = all(((f[c] >= (-np.inf if lo is None else lo)) & (f[c] <= (np.inf if hi is None else hi))).all()
+                 for part in completed.values() for f in part for c, (lo, hi) in bounds.items())
     summary = {
         "spec": spec.name, "input": str(config.path), "m": mice.m, "iterations": result.iterations,
         "seeds": result.seeds, "estimator": "IterativeImputer(BayesianRidge, sample_posterior=True)",

@@ -20,7 +20,7 @@ from pathlib import Path
 from prefect import task
 
 from models.privacy_ledger import GUARANTEES, LedgerEntry, dataset_id_of
-from privehr.config import Budget, Cell, PipelineConfig, SynthesisConfig
+from privehr.config import Cell, PipelineConfig, SynthesisConfig
 from privehr.errors import InputError
 from privehr.specs import load_ehr_spec
 from privehr.strict_json import strict_dumps
@@ -28,7 +28,7 @@ from tasks.privacy_ledger import BudgetExceeded, Ledger, reserve
 from tasks.run_directory import ledger_run
 from tasks.run_logging import run_logger
 from tasks.mimic_extract import read_patients
-from tasks.synthesis import COUNT_KEY, imputed_tables, needs_noisy_count, synthesis_plan
+from tasks.synthesis import COUNT_KEY, imputed_tables, needs_noisy_count, planned_entry
 from tasks.train import (default_hyperparameters, dp_sgd_plan, fit_key, guarantee, saved_fit, saved_search,
                          search_configurations, trial_key)
 
@@ -141,9 +141,7 @@ def check_synthesis_budget(run_dir: str, config: SynthesisConfig) -> dict[str, s
     for job in config.jobs():
         if config.resume and (Path(run_dir) / "releases" / f"{job['job_id']}.json").exists():
             continue  # finished by an earlier attempt: already in the ledger
-        plan = synthesis_plan(config, Budget(**job["budget"]), n)
-        planned[job["job_id"]] = (LedgerEntry("", "", "non_private", what="DP-NF flow") if plan is None
-                                  else plan.ledger_entry(kind, "DP-NF flow"))
+        planned[job["job_id"]] = planned_entry(config, job, n, kind)
     if needs_noisy_count(config, load_ehr_spec(config.spec)) and not (Path(run_dir) / "released_count.json").exists():
         planned[COUNT_KEY] = LedgerEntry("", "", "dp", config.count_epsilon, guarantee=kind, what="patient count")
-    return reserve_planned(run_dir, synthesis_dataset_id(run_dir, config), config, planned, "DP-NF flow(s)")
+    return reserve_planned(run_dir, synthesis_dataset_id(run_dir, config), config, planned, "synthesis release(s)")

@@ -28,14 +28,18 @@ from models.classifiers import seeded_build
 from models.derived_columns import add_derived
 from models.device import resolve_device
 from models.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density
+from models.column_codec import TableCodec
+from models.hflow import HFlow
 from models.maf import MAF
+from models.marginal_synthesis import marginal_available, synthesize_marginal
 from models.noisy_count import noisy_count
 from models.privacy_ledger import GUARANTEES, LedgerEntry
 from models.randomness import NoiseSource, public_seed
 from models.release_plan import ReleasePlan, rate_batch
 from models.table_scaling import AffineScaling
-from privehr.config import Budget, DPNFConfig, SynthesisConfig
-from privehr.specs import load_ehr_spec
+from privehr.config import MARGINAL_SYNTHESIZERS, Budget, DPNFConfig, HFlowConfig, SynthesisConfig
+from privehr.errors import InputError
+from privehr.specs import check_targets, load_ehr_spec
 from tasks.compute import share_cores
 from privehr.strict_json import strict_dumps
 from tasks.privacy_ledger import record_release
@@ -44,7 +48,8 @@ from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import run_logger
 
 __all__ = ["synthesize", "imputed_tables", "release_patient_count", "synthesis_plan", "density_hyperparameters",
-           "synthetic_rows", "COUNT_KEY", "needs_noisy_count"]
+           "synthetic_rows", "COUNT_KEY", "needs_noisy_count", "check_synthesis_inputs", "job_plan", "planned_entry",
+           "FLOW_SYNTHESIZERS", "WHAT"]
 
 COUNT_KEY = "patient-count"  # the reservation of the noisy patient count
 
@@ -64,10 +69,12 @@ def _seed(job: dict) -> int:
     return public_seed(job["job_id"])
 
 
-def density_hyperparameters(nf: DPNFConfig, n: int, seed: int) -> DensityHyperparameters:
-    """DP-NF's optimiser settings; the non-private flow's minibatch is the plans' expected batch b."""
+def density_hyperparameters(nf: DPNFConfig | HFlowConfig, n: int, seed: int) -> DensityHyperparameters:
+    """A flow's optimiser settings; the non-private flow's minibatch is the plans' expected batch b, and it stops
+    early on held-out training patients."""
     return DensityHyperparameters(learning_rate=nf.learning_rate, batch_size=rate_batch(n, nf.sample_rate),
-                                  steps=nf.steps, seed=seed)
+                                  steps=nf.steps, seed=seed, validation_fraction=nf.validation_fraction,
+                                  patience=nf.patience)
 
 
 def synthesis_plan(config: SynthesisConfig, budget: Budget, n: int) -> ReleasePlan | None:
@@ -113,14 +120,104 @@ def release_patient_count(run_dir: str, config: SynthesisConfig, reservation: st
     return count
 
 
+def check_synthesis_inputs(config: SynthesisConfig) -> None:
+    """Refuse, before any record is read or any budget spent, what would fail after training: targets the table
+    lacks, a column a synthesizer cannot scale or bin (no bounds), a baseline whose library is missing."""
+    spec = load_ehr_spec(config.spec)
+    check_targets(spec, *config.targets(spec))
+    needs_bounds = [s for s in config.synthesizers if s != "maf" or config.scaling == "bounds"]
+    if needs_bounds:
+        try:
+            TableCodec.from_spec(spec, list(spec.bounds()))
+        except ValueError as err:
+            raise InputError(f"{spec.name}: {err} (needed by {', '.join(needs_bounds)})") from None
+    marginal = [s for s in config.synthesizers if s in MARGINAL_SYNTHESIZERS]
+    if marginal and not marginal_available():
+        raise InputError(f"the baselines {', '.join(marginal)} need private-pgm (mbi >= 2): pip install "
+                         "'privehr[baselines]', or leave them out of synthesizers")
+
+
+def _decoded_tables(raw: pd.DataFrame, codec: TableCodec, spec) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """(raw table without non-finite rows, the table decoded to the spec's types with categories, rows dropped)."""
+    finite = np.isfinite(raw.to_numpy(float)).all(axis=1)
+    raw = raw[finite].reset_index(drop=True)
+    return raw, codec.labels(codec.decode(raw)), int((~finite).sum())
+
+
+def _fit_maf(x_frame, test, attributes, spec, config, plan, noise, seed, target, job_id):
+    """DP-NF: every column continuous, affinely scaled (by the bounds, or the training statistics)."""
+    bounds = {a: spec.bounds()[a].code_range() for a in attributes}
+    scaling = (AffineScaling.from_bounds(bounds, attributes) if config.scaling == "bounds"
+               else AffineScaling.fit(x_frame[attributes]))
+    x = torch.tensor(scaling.transform(x_frame), dtype=torch.float32, device=target)
+    nf = config.dpnf
+    flow = seeded_build(lambda: MAF(len(attributes), nf.blocks, nf.hidden_size, nf.hidden_layers), seed).to(target)
+    release = train_density(flow, x, density_hyperparameters(nf, len(x), seed), plan, noise,
+                            progress=progress_artifact(f"DP-NF {job_id}: DP-SGD steps"))
+    x_test = torch.tensor(scaling.transform(test), dtype=torch.float32, device=target)
+    held_out = mean_log_likelihood(flow, x_test) - float(np.log(scaling.scale_).sum())
+    sample = lambda rows, generator: scaling.inverse_transform(flow.sample(rows, generator).cpu().numpy())  # noqa: E731
+    model = {"synthesizer": "maf", "blocks": nf.blocks, "hidden_size": nf.hidden_size,
+             "hidden_layers": nf.hidden_layers, "steps": nf.steps}
+    return flow, release, held_out, sample, {"kind": config.scaling, "inside_guarantee": not scaling.private_}, model
+
+
+def _fit_hflow(x_frame, test, attributes, spec, config, plan, noise, seed, target, job_id):
+    """DP-HFlow: continuous columns scaled by the bounds, discrete columns as codes (dequantized inside the flow)."""
+    codec = TableCodec.from_spec(spec, attributes)
+    hf = config.hflow
+    x = torch.tensor(codec.flow_inputs(x_frame), dtype=torch.float32, device=target)
+    flow = seeded_build(lambda: HFlow(len(codec.continuous), codec.cardinalities, blocks=hf.blocks,
+                                      hidden_size=hf.hidden_size, hidden_layers=hf.hidden_layers, bins=hf.bins,
+                                      rank=hf.rank, dequantization=hf.dequantization), seed).to(target)
+    hp = density_hyperparameters(hf, len(x), seed)
+    release = train_density(flow, x, hp, plan, noise, clipping=hf.clipping, sparsity=hf.sparsity,
+                            progress=progress_artifact(f"DP-HFlow {job_id}: DP-SGD steps"))
+    x_test = torch.tensor(codec.flow_inputs(test), dtype=torch.float32, device=target)
+    _, scale = codec._affine()
+    held_out = mean_log_likelihood(flow, x_test) - float(np.log(scale).sum())
+    sample = lambda rows, generator: codec.from_flow(flow.sample(rows, generator).cpu().numpy())  # noqa: E731
+    model = {"synthesizer": "hflow", **hf.model_dump()}
+    return flow, release, held_out, sample, {"kind": "bounds", "inside_guarantee": True}, model
+
+
+FLOW_SYNTHESIZERS = {"maf": _fit_maf, "hflow": _fit_hflow}
+
+
+def job_plan(config: SynthesisConfig, job: dict, n: int) -> ReleasePlan | None:
+    """The DP-SGD plan of a flow job (None: non-private); known before training."""
+    budget = Budget(**job["budget"])
+    if budget.kind == "non_private":
+        return None
+    if job.get("synthesizer", "maf") == "maf":
+        return synthesis_plan(config, budget, n)
+    hf = config.hflow
+    return ReleasePlan.for_steps(n, hf.sample_rate, hf.steps, kind=budget.kind, value=budget.value,
+                                 delta=config.privacy.delta, max_grad_norm=hf.max_grad_norm)
+
+
+def planned_entry(config: SynthesisConfig, job: dict, n: int, guarantee: str) -> LedgerEntry:
+    """What the job will enter in the ledger (reserved by the budget check, recorded when trained)."""
+    synthesizer = job.get("synthesizer", "maf")
+    what = WHAT[synthesizer]
+    if synthesizer in MARGINAL_SYNTHESIZERS:
+        return LedgerEntry("", "", "dp", Budget(**job["budget"]).value, delta=config.privacy.delta,
+                           guarantee=guarantee, what=what)
+    plan = job_plan(config, job, n)
+    return LedgerEntry("", "", "non_private", what=what) if plan is None else plan.ledger_entry(guarantee, what)
+
+
+WHAT = {"maf": "DP-NF flow", "hflow": "DP-HFlow flow", "aim": "AIM synthetic data", "mst": "MST synthetic data"}
+
+
 @task(name="synthesize")
 def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: str | None,
                device: str = "auto") -> str:
-    """Fit one DP-NF, record it in the privacy ledger under ``reservation``, sample ``config.releases``
-    synthetic tables; return the release record's path."""
+    """Fit one synthesizer (a flow, or a marginal baseline), record it in the privacy ledger under ``reservation``,
+    sample ``config.releases`` synthetic tables; return the release record's path."""
     run_dir_path = Path(run_dir)
     path = run_dir_path / "releases" / f"{job['job_id']}.json"
-    if config.resume and path.exists():  # written last: the flow and its tables are complete (and recorded)
+    if config.resume and path.exists():  # written last: the model and its tables are complete (and recorded)
         run_logger().info("synthesize %s: done by an earlier attempt of this run", job["job_id"])
         return str(path)
     if reservation is None:
@@ -129,59 +226,72 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: st
     spec = load_ehr_spec(config.spec)
     train, test, summary = imputed_tables(run_dir, job["imputation"])
     attributes = summary["attributes"]
-    bounds = {a.name: (a.valid_low, a.valid_high) for a in spec.attributes if a.name in attributes}
-    scaling = (AffineScaling.from_bounds(bounds, attributes) if config.scaling == "bounds"
-               else AffineScaling.fit(train[attributes]))
-    target = resolve_device(device)
-    x = torch.tensor(scaling.transform(train), dtype=torch.float32, device=target)
-
-    budget, nf = Budget(**job["budget"]), config.dpnf
-    plan = synthesis_plan(config, budget, len(x))
+    synthesizer = job.get("synthesizer", "maf")
+    budget = Budget(**job["budget"])
     seed = _seed(job)
-    flow = seeded_build(lambda: MAF(len(attributes), nf.blocks, nf.hidden_size, nf.hidden_layers), seed).to(target)
-    hp = density_hyperparameters(nf, len(x), seed)
     noise = NoiseSource.for_release(config.privacy.reproducible_noise, job["job_id"])
-    release = train_density(flow, x, hp, plan, noise,
-                            progress=progress_artifact(f"DP-NF {job['job_id']}: DP-SGD steps"))
-    guarantee = "non_private" if plan is None else noise.guarantee
-    record_release(config.privacy.ledger_path, reservation,  # at once: a later failure loses no entry
-                   LedgerEntry("", "", "non_private", what="DP-NF flow") if plan is None
-                   else plan.ledger_entry(guarantee, "DP-NF flow"))
-
-    # held-out log-likelihood in original units: log p(x) = log p(z) - sum log scale (seed 001 Table 1)
-    x_test = torch.tensor(scaling.transform(test), dtype=torch.float32, device=target)
-    test_log_likelihood = mean_log_likelihood(flow, x_test) - float(np.log(scaling.scale_).sum())
-    releasable = guarantee == "dp" and not scaling.private_  # everything in it is covered by DP
-    flows_dir = run_dir_path / INTERMEDIATE / "flows"
-    out_dir = run_dir_path / ("synthetic" if releasable else f"{INTERMEDIATE}/synthetic")
-    for folder in (flows_dir, out_dir, run_dir_path / "releases"):
-        folder.mkdir(parents=True, exist_ok=True)
-    torch.save(flow.state_dict(), flows_dir / f"{job['job_id']}.pt")
-    # the loss curve is a statistic of the private training batches: kept with the patient-level files
-    (flows_dir / f"{job['job_id']}.history.json").write_text(json.dumps(release.history))
-
     rows = synthetic_rows(run_dir, config, spec, summary)
-    generator = torch.Generator().manual_seed(seed + 7919)
+    codec = TableCodec.from_spec(spec, attributes) if (synthesizer != "maf" or config.scaling == "bounds") else None
+    flows_dir = run_dir_path / INTERMEDIATE / "flows"
+    record_extra: dict = {}
+
+    if synthesizer in MARGINAL_SYNTHESIZERS:
+        bins = config.marginal.bins
+        codes = codec.discretise(train[attributes], bins)
+        options = {"max_model_size": config.marginal.max_model_size} if synthesizer == "aim" else {}
+        synthetic_codes, info = synthesize_marginal(synthesizer, codes, codec.domain(bins), budget.value,
+                                                    config.privacy.delta, rows * config.releases,
+                                                    noise.numpy_generator("measurements"), **options)
+        guarantee = noise.guarantee
+        record_release(config.privacy.ledger_path, reservation, planned_entry(config, job, len(train), guarantee))
+        post = np.random.default_rng(seed)  # within-bin draws: post-processing of the release, public seed
+        parts = np.array_split(synthetic_codes, config.releases)
+        sample_tables = [codec.undiscretise(part, bins, post) for part in parts]
+        release_dict = {"mechanism": synthesizer, "noise_source": noise.kind, "epsilon": budget.value,
+                        "delta": config.privacy.delta, "epsilon_prv": None,
+                        **{k: v for k, v in info.items() if k in ("rho", "mbi_version", "selected")}}
+        held_out, scaling_record = None, {"kind": "bounds (bins)", "inside_guarantee": True}
+        model = {"synthesizer": synthesizer, "bins": bins, **options}
+    else:
+        target = resolve_device(device)
+        plan = job_plan(config, job, len(train))
+        fit = FLOW_SYNTHESIZERS[synthesizer]
+        flow, release, held_out, sample, scaling_record, model = fit(train, test, attributes, spec, config, plan,
+                                                                     noise, seed, target, job["job_id"])
+        guarantee = "non_private" if plan is None else noise.guarantee
+        record_release(config.privacy.ledger_path, reservation,  # at once: a later failure loses no entry
+                       planned_entry(config, job, len(train), guarantee))
+        flows_dir.mkdir(parents=True, exist_ok=True)
+        torch.save(flow.state_dict(), flows_dir / f"{job['job_id']}.pt")
+        # the loss curve is a statistic of the private training batches: kept with the patient-level files
+        (flows_dir / f"{job['job_id']}.history.json").write_text(json.dumps(release.history))
+        generator = torch.Generator().manual_seed(seed + 7919)
+        sample_tables = [sample(rows, generator) for _ in range(config.releases)]
+        release_dict = release.as_dict()
+        record_extra = {"flow": str(flows_dir / f"{job['job_id']}.pt"),
+                        **({"early_stopping": release.early_stopping} if release.early_stopping else {})}
+
+    if spec.drafted_from_data:  # the bounds and categories were read from the patients: the scaling is private
+        scaling_record = {**scaling_record, "inside_guarantee": False, "drafted_from_data": True}
+    releasable = guarantee == "dp" and scaling_record["inside_guarantee"]  # everything in it is covered by DP
+    out_dir = run_dir_path / ("synthetic" if releasable else f"{INTERMEDIATE}/synthetic")
+    for folder in (out_dir, run_dir_path / "releases"):
+        folder.mkdir(parents=True, exist_ok=True)
+    decoder = codec or TableCodec.from_spec(spec, attributes, require_bounds=False)
     files, nonfinite = [], 0
-    for k in range(config.releases):
-        table = scaling.inverse_transform(flow.sample(rows, generator).cpu().numpy())
-        finite = np.isfinite(table.to_numpy()).all(axis=1)
-        nonfinite += int((~finite).sum())
-        table = table[finite].reset_index(drop=True)
-        truncated = table.clip(lower=pd.Series({c: b[0] for c, b in bounds.items()}),
-                               upper=pd.Series({c: b[1] for c, b in bounds.items()}), axis=1)
-        for name, part in ((f"{job['job_id']}-r{k}.csv", table), (f"{job['job_id']}-r{k}-truncated.csv", truncated)):
+    for k, table in enumerate(sample_tables):
+        raw, decoded, dropped = _decoded_tables(table, decoder, spec)
+        nonfinite += dropped
+        for name, part in ((f"{job['job_id']}-r{k}.csv", raw), (f"{job['job_id']}-r{k}-truncated.csv", decoded)):
             add_derived(part, spec.derived).to_csv(out_dir / name, index=False)
             files.append({"release": k, "truncated": name.endswith("-truncated.csv"), "path": str(out_dir / name)})
-    record = {"job": job, "budget_label": budget.label, **release.as_dict(), "guarantee": GUARANTEES[guarantee],
+    record = {"job": job, "synthesizer": synthesizer, "budget_label": budget.label, **release_dict,
+              "guarantee": GUARANTEES[guarantee],
               **({"patients_delivered": summary["decisions"]["records_read"]} if spec.public_patient_count else {}),
-              "rows_per_table": rows,
-              "test_log_likelihood": test_log_likelihood, "nonfinite_rows_dropped": nonfinite,
-              "scaling": {"kind": config.scaling, "inside_guarantee": not scaling.private_},
-              "releasable": releasable, "files": files, "flow": str(flows_dir / f"{job['job_id']}.pt"),
-              "model": {"blocks": nf.blocks, "hidden_size": nf.hidden_size, "hidden_layers": nf.hidden_layers}}
+              "rows_per_table": rows, "test_log_likelihood": held_out, "nonfinite_rows_dropped": nonfinite,
+              "scaling": scaling_record, "releasable": releasable, "files": files, **record_extra, "model": model}
     path.write_text(strict_dumps(record, indent=2, default=float))
-    run_logger().info("synthesize %s: %s (%s), T=%d, epsilon %s; %d tables (%d non-finite rows dropped)",
-                      job["job_id"], release.mechanism, GUARANTEES[guarantee], nf.steps, release.epsilon,
-                      config.releases, nonfinite)
+    run_logger().info("synthesize %s: %s %s (%s), epsilon %s; %d tables (%d non-finite rows dropped)",
+                      job["job_id"], synthesizer, release_dict["mechanism"], GUARANTEES[guarantee],
+                      release_dict.get("epsilon"), config.releases, nonfinite)
     return str(path)

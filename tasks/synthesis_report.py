@@ -1,4 +1,5 @@
-"""Synthesis report: seed-002-style utility tables, fidelity, the releases and what they cost.
+"""Synthesis report: seed-002-style utility tables, the TSTR panel and mixed-type fidelity of seed 004, the releases
+and what they cost, one column per (synthesizer, budget).
 
 Files in the synthesis run directory: ``results.csv`` (one row per synthetic table),
 ``report.md``, ``utility_vs_budget.png``, ``marginals.png``; the same as Prefect artifacts.
@@ -15,7 +16,8 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from privehr.specs import load_ehr_spec
-from tasks.figures import plot_marginals, plot_synthesis_utility
+from models.column_codec import TableCodec
+from tasks.figures import marginal_histograms, plot_synthesis_utility
 from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import in_prefect_run, run_logger
 from tasks.synthesis import imputed_tables
@@ -27,6 +29,8 @@ RELEASE_COLUMNS = ["budget_label", "mechanism", "guarantee", "noise_multiplier",
                    "noise_source"]
 FIDELITY = ["ks_mean", "wasserstein_sd_mean", "kendall_tau_rmse", "detection_auroc", "share_closer_to_train",
             "dcr_train_median", "dcr_holdout_median"]
+MIXED = ["tv_mean", "tau_rmse", "tau_mae", "invalid_share"]
+TSTR = ["tstr_auroc", "tstr_macro_f1", "tstr_average_precision"]
 
 
 def synthesis_results(record_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -35,22 +39,34 @@ def synthesis_results(record_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFra
     for path in record_paths:
         record = json.loads(Path(path).read_text())
         evaluation = json.loads(Path(path).with_suffix(".evaluation.json").read_text())
-        release = {k: record.get(k) for k in RELEASE_COLUMNS} | {"job_id": record["job"]["job_id"],
+        release = {k: record.get(k) for k in RELEASE_COLUMNS} | {"synthesizer": record.get("synthesizer", "maf"),
+                                                                 "job_id": record["job"]["job_id"],
                                                                  "imputation": record["job"]["imputation"],
                                                                  "run": record["job"]["run"],
                                                                  "nonfinite_rows_dropped": record["nonfinite_rows_dropped"],
                                                                  "test_log_likelihood": record["test_log_likelihood"]}
         releases.append(release)
-        tables += [release | {k: v for k, v in row.items() if k != "per_column"} for row in evaluation["rows"]]
-    return pd.DataFrame(tables), pd.DataFrame(releases)
+        tables += [release | {k: v for k, v in row.items() if not k.startswith("per_column") and k != "tstr_per_classifier"}
+                   for row in evaluation["rows"]]
+    tables, releases = pd.DataFrame(tables), pd.DataFrame(releases)
+    if releases["synthesizer"].nunique() > 1:  # one column per (synthesizer, budget)
+        for frame in (tables, releases):
+            frame["budget_label"] = frame["synthesizer"] + " " + frame["budget_label"]
+    return tables, releases
+
+
+SYNTHESIZER_ORDER = ("maf", "hflow", "aim", "mst")
 
 
 def _budget_order(labels) -> list[str]:
-    """inf first, then mu and epsilon budgets from the loosest to the tightest."""
+    """By synthesizer (a "<synthesizer> <budget>" label), then inf first, then mu and epsilon budgets from the loosest
+    to the tightest."""
     def key(label):
-        if label == "inf":
-            return (0, 0.0)
-        return (1 if label.startswith("mu") else 2, -float(label.removeprefix("mu").removeprefix("epsilon")))
+        synthesizer, _, budget = label.rpartition(" ")
+        rank = SYNTHESIZER_ORDER.index(synthesizer) if synthesizer in SYNTHESIZER_ORDER else -1
+        if budget == "inf":
+            return (rank, 0, 0.0)
+        return (rank, 1 if budget.startswith("mu") else 2, -float(budget.removeprefix("mu").removeprefix("epsilon")))
     return sorted(set(labels), key=key)
 
 
@@ -90,70 +106,125 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
     results, releases = synthesis_results(record_paths)
     originals = pd.DataFrame([json.loads(Path(p).read_text()) for p in original_paths])
     results.to_csv(run_dir_path / "results.csv", index=False)
-    svm = seed002_table(results, originals, "svm_accuracy")
-    rf = seed002_table(results, originals, "rf_mse")
-    fidelity = results[~results["truncated"]].groupby("budget_label")[FIDELITY].mean().reindex(
-        _budget_order(results["budget_label"])).reset_index()
-    costs = releases.groupby("budget_label")[RELEASE_COLUMNS[1:]].first().join(
+    spec = load_ehr_spec(config.spec)
+    label, target, excluded = config.targets(spec)
+    order = _budget_order(results["budget_label"])
+    utility_sections, tables = [], {}
+    if label is not None:
+        for metric, title in (("tstr_auroc", "TSTR AUROC"), ("tstr_macro_f1", "TSTR macro-F1"),
+                              ("tstr_average_precision", "TSTR average precision")):
+            tables[metric] = seed002_table(results, originals, metric)
+        tables["svm_accuracy"] = seed002_table(results, originals, "svm_accuracy")
+        utility_sections += [
+            f"## TSTR panel, {label}: AUROC (mean over the classifiers of seed 004's panel fitted on each table, "
+            "tested on real patients; mean (SD) over runs x releases)", _markdown(tables["tstr_auroc"]),
+            f"## TSTR panel, {label}: macro-F1", _markdown(tables["tstr_macro_f1"]),
+            f"## TSTR panel, {label}: average precision", _markdown(tables["tstr_average_precision"]),
+            f"## SVM accuracy, {label} (seed 002; train on synthetic, test on real)", _markdown(tables["svm_accuracy"])]
+    if target is not None:
+        tables["rf_mse"] = seed002_table(results, originals, "rf_mse")
+        utility_sections += [f"## Random forest MSE, {target} (seed 002)", _markdown(tables["rf_mse"])]
+    if not utility_sections:
+        utility_sections = ["## Utility", "No target: name a binary column under the spec's targets.classification "
+                            "(or pass --classification-target) for the train-on-synthetic, test-on-real models."]
+    raw_tables = results[~results["truncated"]]
+    fidelity = raw_tables.groupby("budget_label")[FIDELITY].mean().reindex(order).reset_index()
+    mixed = results[results["truncated"]].groupby("budget_label")[MIXED].mean().reindex(order).reset_index()
+    costs = releases.groupby("budget_label")[["synthesizer", *RELEASE_COLUMNS[1:]]].first().join(
         releases.groupby("budget_label")["test_log_likelihood"].mean()).reindex(
         _budget_order(releases["budget_label"])).reset_index()
-    figure = plot_synthesis_utility(results, originals, _budget_order(results["budget_label"]),
-                                    run_dir_path / "utility_vs_budget.png")
+    figure = plot_synthesis_utility(results, originals, order, run_dir_path / "utility_vs_budget.png",
+                                    ([("tstr_auroc", f"TSTR AUROC ({label})"), ("svm_accuracy", f"SVM accuracy ({label})")]
+                                     if label is not None else []) + ([("rf_mse", f"RF MSE ({target})")]
+                                                                      if target is not None else []))
     train, _, summary = imputed_tables(run_dir, 0)
-    dp_tables = results[(results["imputation"] == 0) & (results["mechanism"] == "dp_sgd") & ~results["truncated"]]
-    public_count = load_ehr_spec(config.spec).public_patient_count
-    marginals = None
-    if len(dp_tables):
-        loosest = _budget_order(dp_tables["budget_label"])[0]
-        job = dp_tables[dp_tables["budget_label"] == loosest].iloc[0]["job_id"]
-        table = pd.read_csv(json.loads((run_dir_path / "releases" / f"{job}.json").read_text())["files"][0]["path"])
-        # histograms of real patients: patient-level detail, so the figure stays under intermediate/
-        marginals = plot_marginals(train[summary["attributes"]], table[summary["attributes"]],
-                                   run_dir_path / INTERMEDIATE / "marginals.png",
-                                   title=f"real (training) vs synthetic, {loosest}")
+    public_count = spec.public_patient_count
+    marginals = _marginal_figures(run_dir_path, results, train, summary, spec)
     not_dp = sorted(set(releases["guarantee"]) - {"DP"})
-    guarantee = ("The DP guarantee covers each flow's training on the imputed training patients (PRV epsilon; RDP "
-                 "and PLD alongside, and the GDP mu, whose CLT can underestimate); noise and Poisson sampling come "
+    synthesizers = sorted(set(releases["synthesizer"]), key=SYNTHESIZER_ORDER.index)
+    guarantee = ("The DP guarantee covers each release's use of the imputed training patients: a flow's DP-SGD "
+                 "training (PRV epsilon; RDP and PLD alongside, and the GDP mu, whose CLT can underestimate), and AIM's "
+                 "or MST's noisy marginals (zCDP converted to (epsilon, delta)); noise and sampling come "
                  "from OS entropy and are never stored. "
                  + (f"Releases marked {', '.join(not_dp)} have no guarantee. " if not_dp else "")
                  + ("Table sizes: the spec declares the patient count public. " if public_count else
                     "Table sizes: a patient count released with two-sided geometric noise (in the ledger). ")
+                 + ("The spec was drafted from the data (drafted_from_data): its bounds and categories were read "
+                    "from the patients, so every table's scaling and decoding is outside the guarantee and the "
+                    "tables stay under intermediate/. " if spec.drafted_from_data else "")
                  + "Not covered: validation, MICE (fitted on the private training patients), dropping attributes "
                    "by missingness on the training patients"
-                 + ("" if config.scaling == "bounds" else ", the scaling by training means and standard "
-                    "deviations (visible in every synthetic table, so those tables stay under intermediate/)")
+                 + ("" if config.scaling == "bounds" or "maf" not in synthesizers else
+                    ", the MAF's scaling by training means and standard deviations (visible in every synthetic table, "
+                    "so those tables stay under intermediate/)")
                  + ", and the evaluation numbers in this report (utility, fidelity, DCR, held-out log-likelihood: "
-                   "aggregates computed on real patients without noise). All flows of one table compose: the "
-                   "privacy ledger holds the total. The mu = infinity (non-private) tables are comparisons only and "
-                   "stay under intermediate/, as does the real-vs-synthetic marginals figure.")
+                   "aggregates computed on real patients without noise). All releases of one table compose: the "
+                   "privacy ledger holds the total. The non-private (inf) tables are comparisons only and "
+                   "stay under intermediate/, as do the real-vs-synthetic marginal figures.")
     patients = f"{summary['decisions']['records_read']} patients delivered, " if public_count else ""
     markdown = "\n\n".join([
-        f"# DP-NF synthesis: {summary['spec']} ({patients}{len(summary['attributes'])} attributes, m = {summary['m']})",
-        f"{len(releases)} flows, {len(results)} synthetic tables (raw and truncated to the spec's bounds).",
-        "## SVM accuracy, hypertension (train on synthetic, test on real; mean (SD) over runs x releases)",
-        _markdown(svm), "## Random forest MSE, mean PAP", _markdown(rf),
+        f"# Synthesis: {summary['spec']} ({patients}{len(summary['attributes'])} attributes, m = {summary['m']}; "
+        f"{', '.join(SYNTHESIZER_NAMES[s] for s in synthesizers)})",
+        f"{len(releases)} releases, {len(results)} synthetic tables (raw, and decoded to the spec: categories, "
+        "integers, bounds). Utility inputs leave out " + (", ".join(excluded) if excluded else "no column") + ".",
+        *utility_sections,
+        "## Mixed-type fidelity (decoded tables vs real training patients, seed 004: TV of discrete columns, "
+        "Kendall-tau matrix RMSE / MAE, share of values that are no valid value of their column)", _markdown(mixed),
         "## Fidelity (raw tables vs real training patients; detection AUROC 0.5 = indistinguishable; "
         "share closer to train ~0.5 = no copying)", _markdown(fidelity),
-        "## Releases and their cost (test_log_likelihood: mean held-out log p(x) per patient, original units)",
+        "## Releases and their cost (test_log_likelihood: mean held-out log p(x) per patient in original units, "
+        "a lower bound for DP-HFlow's dequantized columns)",
         _markdown(costs),
         "## What the guarantee covers", guarantee,
-        f"![utility]({figure.name})" + (f"\n\nReal-vs-synthetic marginals: `{marginals}` (not versioned)"
-                                        if marginals else ""),
+        (f"![utility]({figure.name})" if figure else "")
+        + (f"\n\nReal-vs-synthetic marginals: {', '.join(f'`{m}`' for m in marginals)} (not versioned)"
+           if marginals else ""),
     ])
     (run_dir_path / "report.md").write_text(markdown + "\n")
     if in_prefect_run():
-        create_markdown_artifact(markdown, key="privehr-synthesis-report", description="DP-NF synthesis report")
+        create_markdown_artifact(markdown, key="privehr-synthesis-report", description="synthesis report")
         create_table_artifact(json.loads(costs.to_json(orient="records")), key="privehr-synthesis-releases",
-                              description="DP-NF releases: mechanism, sigma, q, T, delta, epsilon, mu")
-    run_logger().info("synthesis report: %d flows, %d tables", len(releases), len(results))
+                              description="synthesis releases: synthesizer, mechanism, sigma, q, T, delta, epsilon, mu")
+    run_logger().info("synthesis report: %d releases, %d tables", len(releases), len(results))
     return {"run_dir": run_dir, "report": str(run_dir_path / "report.md"), "results": str(run_dir_path / "results.csv"),
-            "flows": int(len(releases)), "tables": int(len(results)),
-            "svm_accuracy": json.loads(svm.to_json(orient="records")), "rf_mse": json.loads(rf.to_json(orient="records")),
+            "flows": int(len(releases)), "tables": int(len(results)), "synthesizers": synthesizers,
+            "targets": {"classification": label, "regression": target, "excluded_features": excluded},
+            **{k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
             "releases": json.loads(costs.to_json(orient="records")), "guarantee": guarantee,
-            "mean_svm_accuracy_by_budget": {b: float(v) for b, v in raw_accuracy(results).items()}}
+            "mean_svm_accuracy_by_budget": {b: float(v) for b, v in raw_accuracy(results, "svm_accuracy").items()},
+            "mean_tstr_auroc_by_budget": {b: float(v) for b, v in raw_accuracy(results, "tstr_auroc").items()}}
 
 
-def raw_accuracy(results: pd.DataFrame) -> pd.Series:
-    """Mean SVM accuracy of the raw (untruncated) tables per budget, loosest budget first."""
-    raw = results[~results["truncated"]].groupby("budget_label")["svm_accuracy"].mean()
+SYNTHESIZER_NAMES = {"maf": "DP-NF (MAF)", "hflow": "DP-HFlow", "aim": "AIM", "mst": "MST"}
+
+
+def _marginal_figures(run_dir: Path, results: pd.DataFrame, train: pd.DataFrame, summary: dict, spec) -> list[Path]:
+    """Real (training) vs each synthesizer's first decoded table at its loosest DP budget, under intermediate/ (the
+    real histograms are patient-level detail)."""
+    dp_tables = results[(results["imputation"] == 0) & results["truncated"] & results["mechanism"].ne("non_private")]
+    if dp_tables.empty:
+        return []
+    attributes = summary["attributes"]
+    codec = TableCodec.from_spec(spec, attributes, require_bounds=False)
+    synthetic = {}
+    for label in _budget_order(dp_tables["budget_label"]):
+        synthesizer = dp_tables.loc[dp_tables["budget_label"] == label, "synthesizer"].iloc[0]
+        if SYNTHESIZER_NAMES[synthesizer] in synthetic:
+            continue
+        job = dp_tables[dp_tables["budget_label"] == label].iloc[0]["job_id"]
+        path = [f for f in json.loads((run_dir / "releases" / f"{job}.json").read_text())["files"] if f["truncated"]][0]
+        table = pd.read_csv(path["path"])
+        table[attributes] = codec.encode_labels(table[attributes])
+        synthetic[f"{SYNTHESIZER_NAMES[synthesizer]} ({label.rpartition(' ')[2]})"] = table[attributes]
+    kinds = {c: spec.kinds()[c] for c in attributes}
+    categories = {c: list(range(len(spec.bounds()[c].levels))) for c in attributes if spec.bounds()[c].discrete}
+    return [marginal_histograms(train[attributes], synthetic, kinds, run_dir / INTERMEDIATE / "marginals.png",
+                                categories=categories)]
+
+
+def raw_accuracy(results: pd.DataFrame, metric: str = "svm_accuracy") -> pd.Series:
+    """Mean ``metric`` of the raw (untruncated) tables per budget, loosest budget first (empty without it)."""
+    if metric not in results:
+        return pd.Series(dtype=float)
+    raw = results[~results["truncated"]].groupby("budget_label")[metric].mean()
     return raw.reindex(_budget_order(raw.index))

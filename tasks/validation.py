@@ -32,7 +32,7 @@ from models.hourly_profile import VariableProfile, stay_keys
 from privehr.errors import InputError
 from privehr.specs import EHRTableSpec, MimicExtractSpec
 from tasks.ehr_table import EHRTable, read_ehr_table
-from tasks.expectation_suites import read_suite, suite_names
+from tasks.expectation_suites import ehr_suite_for, read_suite, suite_names
 from tasks.hdf5_fixed import FixedFrame
 from tasks.mimic_extract import _vitals_columns, check_extract, read_patients
 
@@ -68,16 +68,17 @@ def _observed(result: dict, index_column: str | None) -> str:
     return ""
 
 
-def run_suites(frames: dict[str, pd.DataFrame], gx_dir: Path) -> tuple[list[dict], str]:
-    """Validate each frame with the suite of the same name; return one row per expectation and the
-    Data Docs index path."""
+def run_suites(frames: dict[str, pd.DataFrame], gx_dir: Path,
+               suites: dict[str, gx.ExpectationSuite] | None = None) -> tuple[list[dict], str]:
+    """Validate each frame with the suite of the same name (from ``suites``, else the stored one); return one row per
+    expectation and the Data Docs index path."""
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     ctx = gx.get_context(mode="file", project_root_dir=str(gx_dir))
     ctx.variables.progress_bars = {"globally": False}
     source = ctx.data_sources.add_or_update_pandas("privehr")
     rows = []
     for name, frame in frames.items():
-        suite = ctx.suites.add_or_update(read_suite(name))
+        suite = ctx.suites.add_or_update((suites or {}).get(name) or read_suite(name))
         asset = source.add_dataframe_asset(name) if name not in source.get_asset_names() else source.get_asset(name)
         batch = asset.add_batch_definition_whole_dataframe(f"{name}.whole")
         definition = ctx.validation_definitions.add_or_update(
@@ -243,9 +244,10 @@ def validate_ehr(path: str | Path, run_dir: str | Path, spec: EHRTableSpec) -> t
     dirs = output_dirs(run_dir, path)
     dirs[0].mkdir(parents=True, exist_ok=True)
     table = read_ehr_table(path, spec)
-    rows, docs = run_suites({spec.name: table.parsed}, dirs[0])
+    suite, suite_source = ehr_suite_for(spec)
+    rows, docs = run_suites({spec.name: table.parsed}, dirs[0], {spec.name: suite})
     summary = _write_outputs(dirs, rows, docs, {spec.name: table.quarantine}, {
-        "input": str(path), "kind": "ehr_table", "spec": spec.name, **table.decisions})
+        "input": str(path), "kind": "ehr_table", "spec": spec.name, "suite": suite_source, **table.decisions})
     return summary, table
 
 

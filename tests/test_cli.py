@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -201,3 +202,19 @@ def test_grud_expm_nf_cells_are_in_the_full_profile_only():
     assert {c.model for c in demo.training.cells(demo.labels) if c.method == "dp_sgd"} == {"logistic_regression", "grud"}
     chosen = load_config(None, "demo", **{"training.expm_nf.models": ["grud"]})
     assert expm_models(chosen) == {"grud"}
+
+
+def test_the_ledger_follows_artifacts_dir_unless_it_is_set():
+    from privehr.config import PipelineConfig, SynthesisConfig
+    from privehr.inference_config import InferenceConfig
+
+    for config_type in (SynthesisConfig, PipelineConfig, InferenceConfig):
+        assert config_type(artifacts_dir="/elsewhere").privacy.ledger_path == Path("/elsewhere/privacy_ledger.jsonl")
+        assert config_type().privacy.ledger_path == Path("artifacts/privacy_ledger.jsonl")
+        chosen = config_type(artifacts_dir="/elsewhere", privacy={"ledger_path": "/steward/ledger.jsonl"})
+        assert chosen.privacy.ledger_path == Path("/steward/ledger.jsonl")
+    pipeline = PipelineConfig(artifacts_dir="/runs", synthesis={"artifacts_dir": "/other"})
+    assert pipeline.synthesis_run("/runs/r1").privacy.ledger_path == Path("/runs/privacy_ledger.jsonl")
+    # a saved config (every field set) loads again as it was
+    again = PipelineConfig.model_validate(pipeline.model_dump(mode="json"))
+    assert again.privacy.ledger_path == pipeline.privacy.ledger_path

@@ -174,3 +174,56 @@ def test_a_derived_column_whose_source_is_missing_fails_validation_with_the_fix(
     with pytest.raises(InputError, match=r"derived column\(s\) cannot be computed: mean_pap needs pap_systolic; "
                                          r"hypertensive needs pap_systolic.*remove the derived column"):
         read_ehr_table(_without(demo, tmp_path, "pap_systolic"), SPEC)
+
+
+def _typed_spec(tmp_path, attributes):
+    import yaml
+
+    path = tmp_path / "typed.yaml"
+    path.write_text(yaml.safe_dump({"name": "typed", "id_column": "id", "attributes": attributes}))
+    return load_ehr_spec(path)
+
+
+def test_column_kinds_read_categories_as_codes_and_quarantine_what_is_not_one(tmp_path):
+    spec = _typed_spec(tmp_path, [
+        {"name": "sex", "kind": "binary", "categories": ["F", "M"]},
+        {"name": "grade", "kind": "ordinal", "categories": ["I", "II", "III"]},
+        {"name": "nyha", "kind": "categorical", "categories": [1, 2, 3, 4]},
+        {"name": "visits", "kind": "integer", "valid_low": 0, "valid_high": 20},
+        {"name": "flag", "kind": "binary"}])
+    csv = tmp_path / "t.csv"
+    csv.write_text("id,sex,grade,nyha,visits,flag\n"
+                   "a,F,I,1,3,0\n"
+                   "b,M,III,4.0,0,1\n"
+                   "c,X,II,2,2.5,1\n"      # X is no category; 2.5 is no whole number
+                   "d,M,,3,21,2\n")         # missing grade; 21 beyond bounds; 2 is not 0/1
+    table = read_ehr_table(csv, spec)
+    frame = table.frame
+    assert frame.loc["a"].tolist() == [0, 0, 0, 3, 0] and frame.loc["b"].tolist() == [1, 2, 3, 0, 1]
+    assert pd.isna(frame.loc["c", "sex"]) and pd.isna(frame.loc["c", "visits"]) and frame.loc["c", "grade"] == 1
+    assert pd.isna(frame.loc["d", "grade"]) and pd.isna(frame.loc["d", "visits"]) and pd.isna(frame.loc["d", "flag"])
+    reasons = table.quarantine.set_index(["patient_id", "column"])["reason"]
+    assert reasons[("c", "sex")] == "not one of the spec's categories"
+    assert reasons[("c", "visits")].startswith("not a whole number")
+    assert reasons[("d", "flag")] == "not one of the spec's categories"
+    assert reasons[("d", "visits")].startswith("above physiological high")
+    assert table.decisions["attributes_kept"] == 5  # text categories are values, not "missing"
+
+
+def test_a_text_column_declared_numeric_is_one_message_naming_the_fix(tmp_path):
+    spec = _typed_spec(tmp_path, [{"name": "therapy", "valid_low": 0, "valid_high": 1},
+                                  {"name": "age", "kind": "integer", "valid_low": 18, "valid_high": 100}])
+    csv = tmp_path / "t.csv"
+    csv.write_text("id,therapy,age\na,yes,50\nb,no,60\nc,,70\n")
+    with pytest.raises(InputError, match="'therapy' holds no number in any of its 2 non-missing record") as err:
+        read_ehr_table(csv, spec)
+    assert "kind: categorical" in str(err.value) and "yes" not in str(err.value)  # no cell value in the message
+
+
+def test_spec_kinds_are_checked_when_the_spec_is_read(tmp_path):
+    with pytest.raises(InputError, match="list its categories"):
+        _typed_spec(tmp_path, [{"name": "grade", "kind": "ordinal"}])
+    with pytest.raises(InputError, match="exactly two categories"):
+        _typed_spec(tmp_path, [{"name": "sex", "kind": "binary", "categories": ["F", "M", "X"]}])
+    with pytest.raises(InputError, match="remove the bounds"):
+        _typed_spec(tmp_path, [{"name": "sex", "kind": "binary", "valid_low": 0, "valid_high": 1}])
