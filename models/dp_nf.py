@@ -29,6 +29,7 @@ mu = infinity column of seed 002), optionally with early stopping on held-out ro
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import warnings
 from dataclasses import dataclass, field, replace
@@ -86,14 +87,25 @@ def _nll(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return -model(x)
 
 
+def _loss(flow: nn.Module, generator: torch.Generator):
+    """The per-sample NLL; a flow that draws randomness in its forward (DP-HFlow's dequantization noise) draws it from
+    ``generator``. In a DP release that generator is the release's secret stream: a draw from torch's global
+    generator (seeded in public by the model's initialisation) would let an attacker replay which noise each record
+    got, and removing one record would shift the noise of every later record in its batch."""
+    if "generator" in inspect.signature(flow.forward).parameters:
+        return lambda model, x: -model(x, generator=generator)
+    return _nll
+
+
 def _plain_steps(flow, x, hp, optimizer, stopper: "_EarlyStopping | None" = None):
     """Non-private: shuffled minibatches of the expected size, epoch after epoch (until ``stopper`` says stop)."""
     generator = torch.Generator().manual_seed(hp.seed)
+    nll = _loss(flow, torch.Generator(x.device).manual_seed(hp.seed + 2))  # non-private: a public seed is fine
     step = 0
     while True:
         for idx in torch.randperm(len(x), generator=generator).to(x.device).split(hp.batch_size):
             optimizer.zero_grad(set_to_none=True)
-            loss = _nll(flow, x[idx]).mean()
+            loss = nll(flow, x[idx]).mean()
             loss.backward()
             optimizer.step()
             step += 1
@@ -123,10 +135,14 @@ class _EarlyStopping:
         self.stale += 1
         return self.stale >= self.patience
 
+    @property
+    def stopped(self) -> bool:
+        return self.stale >= self.patience
+
     def restore(self, max_steps: int) -> dict:
         """Load the best state; return the steps taken, the best step and whether it stopped early."""
         self.flow.load_state_dict(self.state)
-        early = self.stale >= self.patience
+        early = self.stopped and self.last_step < max_steps
         return {"steps_taken": self.last_step if early else max_steps, "best_step": self.best_step,
                 "stopped_early": early}
 
@@ -134,13 +150,14 @@ class _EarlyStopping:
 def _opacus_steps(flow, x, optimizer, plan: ReleasePlan, noise: NoiseSource, mode: str, accounted: list):
     """DP-SGD by Opacus's PrivacyEngine (per-sample gradients by hooks or functorch)."""
     loader = DataLoader(TensorDataset(x.cpu()), batch_size=plan.expected_batch)
+    nll = _loss(flow, noise.torch_generator("dequantize", x.device))
     engine, model, optimizer, loader = make_private_poisson(flow, optimizer, loader, plan, noise, mode)
     accounted.append(engine)
     warnings.filterwarnings("ignore", message="Full backward hook is firing")  # inputs need no grad: harmless
     for (xb,) in endless(loader):
         xb = xb.to(x.device)
         optimizer.zero_grad(set_to_none=True)
-        log_p = model(xb)
+        log_p = -nll(model, xb)
         loss = -log_p.mean() if len(xb) else log_p.sum() * 0.0  # an empty Poisson batch still steps (noise)
         loss.backward()
         optimizer.step()
@@ -182,12 +199,17 @@ def train_density(flow: nn.Module, x: torch.Tensor, hp: DensityHyperparameters =
             raise ValueError(f"the plan is for {plan.n} records, the data has {n}")
         noise = noise if noise is not None else NoiseSource.secret()
         total_steps = plan.steps
-        steps = (ghost_steps(flow, _nll, (x,), optimizer, plan, noise, clipping, sparsity)
+        nll = _loss(flow, noise.torch_generator("dequantize", x.device))
+        steps = (ghost_steps(flow, nll, (x,), optimizer, plan, noise, clipping, sparsity)
                  if grad_sample_mode == "ghost" else _opacus_steps(flow, x, optimizer, plan, noise, grad_sample_mode,
                                                                    accounted))
     history = run_steps(steps, total_steps, log_every, progress, "train_nll")
     if plan is None:
-        stopped = stopper.restore(total_steps) if stopper is not None else None
+        stopped = None
+        if stopper is not None:
+            if not stopper.stopped and stopper.last_step != total_steps:  # the last steps are judged too
+                stopper.stop(total_steps)
+            stopped = stopper.restore(total_steps)
         return DensityRelease("non_private", None, "none", history, stopped)
     if accounted:
         check_accounted(accounted[0], plan)

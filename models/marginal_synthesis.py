@@ -194,15 +194,17 @@ def cdp_rho(epsilon: float, delta: float) -> float:
     lo, hi = 0.0, epsilon + 1.0
     while cdp_delta(hi, epsilon) <= delta:
         lo, hi = hi, 2 * hi
+    return _bisect(lo, hi, lambda rho: cdp_delta(rho, epsilon) <= delta)[0]
+
+
+def _bisect(lo: float, hi: float, below) -> tuple[float, float]:
+    """Narrow [lo, hi] to the floating-point boundary of a monotone predicate, true at lo and false at hi."""
     for _ in range(200):
         mid = (lo + hi) / 2
         if mid == lo or mid == hi:
             break
-        if cdp_delta(mid, epsilon) <= delta:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+        lo, hi = (mid, hi) if below(mid) else (lo, mid)
+    return lo, hi
 
 
 def cdp_epsilon(rho: float, delta: float) -> float:
@@ -212,15 +214,7 @@ def cdp_epsilon(rho: float, delta: float) -> float:
     if rho == 0:
         return 0.0
     lo, hi = 0.0, rho + 2 * math.sqrt(rho * math.log(1 / delta))  # the standard bound holds at hi
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if mid == lo or mid == hi:
-            break
-        if cdp_delta(rho, mid) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return _bisect(lo, hi, lambda epsilon: cdp_delta(rho, epsilon) > delta)[1]
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ class AffineScaling:
     def from_bounds(cls, bounds: dict[str, tuple[float, float]], columns: list[str]) -> "AffineScaling":
         low = np.array([bounds[c][0] for c in columns], float)
         high = np.array([bounds[c][1] for c in columns], float)
-        return cls((low + high) / 2, (high - low) / 4, columns, private=False)
+        # a column with one value (one category, equal bounds) keeps scale 1: it maps to 0, not to inf
+        return cls((low + high) / 2, np.where(high > low, (high - low) / 4, 1.0), columns, private=False)
 
     @classmethod
     def fit(cls, frame: pd.DataFrame) -> "AffineScaling":

@@ -380,10 +380,14 @@ def _cmd_synthesize(args) -> int:
     from flows.synthesis import synthesize_ehr
 
     summary = synthesize_ehr(config, args.device)
-    means = ", ".join(f"{b} {v:.2f}" for b, v in summary["mean_svm_accuracy_by_budget"].items())
+    means = lambda key: ", ".join(f"{b} {v:.2f}" for b, v in summary[key].items())  # noqa: E731
+    target = summary["targets"]["classification"]
     _emit(args, summary, "\n".join([
-        f"{summary['flows']} flows, {summary['tables']} synthetic tables",
-        f"  mean SVM accuracy (train on synthetic, test on real) by budget: {means}",
+        f"{summary['flows']} releases ({', '.join(summary['synthesizers'])}), {summary['tables']} synthetic tables",
+        *([f"  mean TSTR AUROC for {target} (nine classifiers; train on synthetic, test on real) by budget: "
+           f"{means('mean_tstr_auroc_by_budget')}",
+           f"  mean SVM accuracy for {target} by budget: {means('mean_svm_accuracy_by_budget')}"] if target else
+          ["  no classification target: fidelity only (name one under the spec's targets)"]),
         f"  report: {summary['report']}", f"run directory: {summary['run_dir']}"]))
     return 0
 

@@ -212,10 +212,11 @@ def _synthesis_lines(run_dir: Path) -> str:
     if not path.exists():
         return ""
     results = pd.read_csv(run_dir / "synthesis" / "results.csv")
-    accuracy = raw_accuracy(results)
-    return (f"DP-NF synthesis of the EHR table: {results['job_id'].nunique()} flows, {len(results)} synthetic tables; "
-            "mean SVM accuracy (train on synthetic, test on real) " +
-            ", ".join(f"{b} {v:.2f}" for b, v in accuracy.items()) + f". Report: `{path}`.\n\n")
+    auroc = raw_accuracy(results, "tstr_auroc")
+    metric, values = ("mean TSTR AUROC (nine classifiers; train on synthetic, test on real) ", auroc) if len(auroc) \
+        else ("mean SVM accuracy (train on synthetic, test on real) ", raw_accuracy(results))
+    return (f"Synthesis of the EHR table: {results['job_id'].nunique()} releases, {len(results)} synthetic tables; "
+            + metric + ", ".join(f"{b} {v:.2f}" for b, v in values.items()) + f". Report: `{path}`.\n\n")
 
 
 @task(name="report")

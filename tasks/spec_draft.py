@@ -87,9 +87,11 @@ def draft_spec(path: str | Path, name: str | None = None, max_categories: int = 
         raise InputError(f"table not found: {path}. Pass the path of a CSV with a header row.")
     try:
         raw = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise InputError(f"{path} cannot be parsed as CSV ({err}); spec draft reads comma-separated values with a "
-                         "header row.") from None
+    except UnicodeDecodeError:  # its text would quote bytes of a cell
+        raise InputError(f"{path} is not UTF-8 text; re-export it as UTF-8 CSV with a header row.") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError):
+        raise InputError(f"{path} cannot be parsed as CSV; spec draft reads comma-separated values with a header "
+                         "row, one record per row.") from None
     if raw.empty or raw.shape[1] == 0:
         raise InputError(f"{path} holds no records; spec draft needs the table (one record per row).")
     raw.columns = [str(c).strip() for c in raw.columns]

@@ -206,11 +206,12 @@ def _marginal_figures(run_dir: Path, results: pd.DataFrame, train: pd.DataFrame,
         return []
     attributes = summary["attributes"]
     codec = TableCodec.from_spec(spec, attributes, require_bounds=False)
-    synthetic = {}
-    for label in _budget_order(dp_tables["budget_label"]):
+    synthetic, shown = {}, set()
+    for label in _budget_order(dp_tables["budget_label"]):  # each synthesizer's loosest DP budget
         synthesizer = dp_tables.loc[dp_tables["budget_label"] == label, "synthesizer"].iloc[0]
-        if SYNTHESIZER_NAMES[synthesizer] in synthetic:
+        if synthesizer in shown:
             continue
+        shown.add(synthesizer)
         job = dp_tables[dp_tables["budget_label"] == label].iloc[0]["job_id"]
         path = [f for f in json.loads((run_dir / "releases" / f"{job}.json").read_text())["files"] if f["truncated"]][0]
         table = pd.read_csv(path["path"])

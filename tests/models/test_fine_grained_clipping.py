@@ -21,12 +21,7 @@ from models.randomness import NoiseSource
 from models.release_plan import ReleasePlan
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/models/conftest.py
 
 
 def _hflow():
