@@ -44,21 +44,26 @@ def create_run_directory(config: PipelineConfig | BaseModel) -> str:
 
     ``config`` is any run configuration with ``run_id`` and ``artifacts_dir`` (and optionally ``resume``
     and ``privacy``, whose ledger is proven writable here, before any private record is read)."""
-    if getattr(config, "privacy", None) is not None:
-        Ledger(config.privacy.ledger_path).check_writable()
     run_id = config.run_id or new_run_id()
     run_dir = Path(config.artifacts_dir) / run_id
+    unwritable = lambda err: InputError(  # noqa: E731
+        f"cannot create the run directory {run_dir} ({err.strerror}); make {Path(config.artifacts_dir)} writable or "
+        "pass another artifacts directory")
+    try:  # first: the default ledger lives in it
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise unwritable(err) from None
+    if getattr(config, "privacy", None) is not None:
+        Ledger(config.privacy.ledger_path).check_writable()
     resume = getattr(config, "resume", False)
     if not resume:
         try:
-            run_dir.parent.mkdir(parents=True, exist_ok=True)
             run_dir.mkdir()  # atomic: of two runs given the same new id, one gets it
         except FileExistsError:
             raise InputError(f"run directory {run_dir} exists; choose another run id, or pass resume to continue "
                              "it") from None
         except OSError as err:
-            raise InputError(f"cannot create the run directory {run_dir} ({err.strerror}); make "
-                             f"{Path(config.artifacts_dir)} writable or pass another artifacts directory") from None
+            raise unwritable(err) from None
     if resume and (run_dir / "config.json").exists():
         previous = type(config).model_validate_json((run_dir / "config.json").read_text())
         if previous.model_copy(update={"resume": True}) != config:
