@@ -38,21 +38,15 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from models.classifiers import seeded_build  # noqa: E402
 from models.column_codec import TableCodec  # noqa: E402
-from models.dp_nf import train_density  # noqa: E402
-from models.hflow import HFlow  # noqa: E402
-from models.maf import MAF  # noqa: E402
 from models.marginal_synthesis import marginal_available, synthesize_marginal  # noqa: E402
 from models.mixed_fidelity import mixed_fidelity_summary  # noqa: E402
 from models.randomness import NoiseSource  # noqa: E402
-from models.release_plan import ReleasePlan  # noqa: E402
-from models.table_scaling import AffineScaling  # noqa: E402
 from models.tstr_panel import tstr, tstr_summary  # noqa: E402
 from privehr.config import SynthesisConfig  # noqa: E402
 from privehr.specs import load_ehr_spec  # noqa: E402
 from tasks.ehr_table import read_ehr_table  # noqa: E402
-from tasks.synthesis import density_hyperparameters  # noqa: E402
+from tasks.synthesis import FLOW_SYNTHESIZERS, job_plan  # noqa: E402
 
 B = "binary"
 SPECS = {  # bounds: public clinical ranges, wide enough for any adult patient (not the tables' extremes)
@@ -107,36 +101,21 @@ def _split(frame: pd.DataFrame, run: int):
     return frame.iloc[order[:cut]], frame.iloc[order[cut:]]
 
 
-def _flow_table(kind, train, codec, config, epsilon, delta, run):
-    """One DP flow on the training rows; as many rows as training patients, in frame units (raw)."""
+def _flow_table(kind, train, codec, spec, config, epsilon, delta, run):
+    """One DP flow on the training rows, fitted by the synthesis task's own code (``FLOW_SYNTHESIZERS``); as many rows
+    as training patients, (raw, decoded) in frame units."""
     seed = 1000 * run + 17
-    if kind == "hflow":
-        hf = config.hflow
-        x = torch.tensor(codec.flow_inputs(train), dtype=torch.float32)
-        flow = seeded_build(lambda: HFlow(len(codec.continuous), codec.cardinalities, blocks=hf.blocks,
-                                          hidden_size=hf.hidden_size, hidden_layers=hf.hidden_layers, bins=hf.bins,
-                                          rank=hf.rank, dequantization=hf.dequantization), seed)
-        plan = ReleasePlan.for_steps(len(x), hf.sample_rate, hf.steps, kind="epsilon", value=epsilon, delta=delta,
-                                     max_grad_norm=hf.max_grad_norm)
-        train_density(flow, x, density_hyperparameters(hf, len(x), seed), plan, NoiseSource.secret(),
-                      clipping=hf.clipping, sparsity=hf.sparsity)
-        raw = codec.from_flow(flow.sample(len(x), torch.Generator().manual_seed(seed)).numpy())
-        return raw, raw
-    nf = config.dpnf
-    bounds = {c.name: (c.low, c.high) if c.cardinality is None or c.kind == "integer" else (0, c.cardinality - 1)
-              for c in codec.columns}
-    scaling = AffineScaling.from_bounds(bounds, codec.names)
-    x = torch.tensor(scaling.transform(train), dtype=torch.float32)
-    flow = seeded_build(lambda: MAF(len(codec.names), nf.blocks, nf.hidden_size, nf.hidden_layers), seed)
-    plan = ReleasePlan.for_steps(len(x), nf.sample_rate, nf.steps, kind="epsilon", value=epsilon, delta=delta,
-                                 max_grad_norm=nf.max_grad_norm)
-    train_density(flow, x, density_hyperparameters(nf, len(x), seed), plan, NoiseSource.secret())
-    raw = scaling.inverse_transform(flow.sample(len(x), torch.Generator().manual_seed(seed)).numpy())
-    raw = raw[np.isfinite(raw.to_numpy()).all(axis=1)].reset_index(drop=True)
+    job = {"synthesizer": kind, "budget": {"kind": "epsilon", "value": epsilon}}
+    plan = job_plan(config.model_copy(update={"privacy": config.privacy.model_copy(update={"delta": delta})}), job,
+                    len(train))
+    _, _, _, sample, _, _ = FLOW_SYNTHESIZERS[kind](train, train, codec.names, spec, config, plan, NoiseSource.secret(),
+                                                    seed, torch.device("cpu"), f"{kind}-run{run}")
+    raw = sample(len(train), torch.Generator().manual_seed(seed))
+    raw = raw[np.isfinite(raw.to_numpy(float)).all(axis=1)].reset_index(drop=True)
     return raw, codec.decode(raw)
 
 
-def _marginal_table(kind, train, codec, config, epsilon, delta, run):
+def _marginal_table(kind, train, codec, spec, config, epsilon, delta, run):
     bins = config.marginal.bins
     options = {"max_model_size": config.marginal.max_model_size} if kind == "aim" else {}
     codes, _ = synthesize_marginal(kind, codec.discretise(train, bins), codec.domain(bins), epsilon, delta,
@@ -147,7 +126,7 @@ def _marginal_table(kind, train, codec, config, epsilon, delta, run):
 
 def _evaluate(real_train, real_test, raw, decoded, spec, target):
     kinds = spec.kinds()
-    codes = {a.name: list(range(len(a.levels))) for a in spec.attributes if a.discrete}
+    codes = spec.codes()
     columns = list(real_train.columns)
     mixed = mixed_fidelity_summary(real_train[columns], decoded[columns], {c: kinds[c] for c in columns}, codes)
     invalid = mixed_fidelity_summary(real_train[columns], raw[columns], {c: kinds[c] for c in columns},
@@ -185,8 +164,7 @@ def main() -> None:
             for run in range(args.runs):
                 train, test = _split(frame, run)
                 real = tstr_summary(tstr(train, test, target, spec.kinds(),
-                                         categories={a.name: list(range(len(a.levels)))
-                                                     for a in spec.attributes if a.discrete}))
+                                         categories=spec.codes()))
                 rows.append({"table": name, "synthesizer": "train on real", "epsilon": None, "run": run,
                              "tstr_auroc": real["auroc"], "tstr_macro_f1": real["macro_f1"],
                              "tstr_average_precision": real["average_precision"], "seconds": 0.0})
@@ -194,7 +172,7 @@ def main() -> None:
                     for kind in synthesizers:
                         t0 = time.perf_counter()
                         make = _flow_table if kind in ("hflow", "maf") else _marginal_table
-                        raw, decoded = make(kind, train, codec, config, epsilon, args.delta, run)
+                        raw, decoded = make(kind, train, codec, spec, config, epsilon, args.delta, run)
                         seconds = time.perf_counter() - t0
                         row = {"table": name, "synthesizer": kind, "epsilon": epsilon, "run": run,
                                **_evaluate(train, test, raw, decoded, spec, target), "seconds": seconds}

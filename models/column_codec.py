@@ -90,7 +90,8 @@ class TableCodec:
     def cardinalities(self) -> list[int]:
         return [c.cardinality for c in self.discrete]
 
-    def _affine(self):
+    def affine(self) -> tuple[np.ndarray, np.ndarray]:
+        """(center, scale) of the continuous columns: (low + high) / 2 and (high - low) / 4 (1 for equal bounds)."""
         low = np.array([c.low for c in self.continuous], float)
         high = np.array([c.high for c in self.continuous], float)
         return (low + high) / 2, np.where(high > low, (high - low) / 4, 1.0)
@@ -101,7 +102,7 @@ class TableCodec:
     # -- flows ---------------------------------------------------------------------------------------------------
     def flow_inputs(self, frame: pd.DataFrame) -> np.ndarray:
         """(n, continuous + discrete): scaled continuous columns, then discrete codes (frame must be complete)."""
-        center, scale = self._affine()
+        center, scale = self.affine()
         continuous = (frame[[c.name for c in self.continuous]].to_numpy(float) - center) / scale
         codes = np.column_stack([np.clip(np.rint(frame[c.name].to_numpy(float) - self._offset(c)), 0,
                                          c.cardinality - 1) for c in self.discrete]) if self.discrete else \
@@ -111,7 +112,7 @@ class TableCodec:
     def from_flow(self, array: np.ndarray) -> pd.DataFrame:
         """Inverse of :meth:`flow_inputs` into frame units, decoded (:meth:`decode`)."""
         array = np.asarray(array, float)
-        center, scale = self._affine()
+        center, scale = self.affine()
         n_cont = len(self.continuous)
         values = {c.name: center[j] + scale[j] * array[:, j] for j, c in enumerate(self.continuous)}
         values |= {c.name: array[:, n_cont + j] + self._offset(c) for j, c in enumerate(self.discrete)}

@@ -131,9 +131,9 @@ class _EarlyStopping:
         if math.isfinite(score) and score > self.best:
             self.best, self.best_step, self.stale = score, step, 0
             self.state = copy.deepcopy(self.flow.state_dict())
-            return False
-        self.stale += 1
-        return self.stale >= self.patience
+        else:
+            self.stale += 1
+        return self.stopped
 
     @property
     def stopped(self) -> bool:

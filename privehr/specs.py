@@ -193,6 +193,11 @@ class EHRTableSpec(_Strict):
         """Column -> kind for the attributes and the derived columns."""
         return {a.name: a.kind for a in self.attributes} | {d.name: d.kind for d in self.derived}
 
+    def codes(self) -> dict[str, list[int]]:
+        """Discrete column -> its valid codes 0..k-1 (binary derived columns: 0, 1), as a table holds them."""
+        return ({a.name: list(range(len(a.levels))) for a in self.attributes if a.discrete}
+                | {d.name: [0, 1] for d in self.derived if d.kind == "binary"})
+
 
 def check_targets(spec: EHRTableSpec, classification: str | None, regression: str | None,
                   excluded: list[str]) -> None:

@@ -47,7 +47,7 @@ from tasks.progress import progress_artifact
 from tasks.run_directory import INTERMEDIATE
 from tasks.run_logging import run_logger
 
-__all__ = ["synthesize", "imputed_tables", "release_patient_count", "synthesis_plan", "density_hyperparameters",
+__all__ = ["synthesize", "imputed_tables", "release_patient_count", "density_hyperparameters",
            "synthetic_rows", "COUNT_KEY", "needs_noisy_count", "check_synthesis_inputs", "job_plan", "planned_entry",
            "FLOW_SYNTHESIZERS", "WHAT"]
 
@@ -75,15 +75,6 @@ def density_hyperparameters(nf: DPNFConfig | HFlowConfig, n: int, seed: int) -> 
     return DensityHyperparameters(learning_rate=nf.learning_rate, batch_size=rate_batch(n, nf.sample_rate),
                                   steps=nf.steps, seed=seed, validation_fraction=nf.validation_fraction,
                                   patience=nf.patience)
-
-
-def synthesis_plan(config: SynthesisConfig, budget: Budget, n: int) -> ReleasePlan | None:
-    """The plan of a DP-NF flow on ``n`` patients at ``budget`` (None: non-private), known before training."""
-    if budget.kind == "non_private":
-        return None
-    nf = config.dpnf
-    return ReleasePlan.for_steps(n, nf.sample_rate, nf.steps, kind=budget.kind, value=budget.value,
-                                 delta=config.privacy.delta, max_grad_norm=nf.max_grad_norm)
 
 
 def needs_noisy_count(config: SynthesisConfig, spec) -> bool:
@@ -137,7 +128,7 @@ def check_synthesis_inputs(config: SynthesisConfig) -> None:
                          "'privehr[baselines]', or leave them out of synthesizers")
 
 
-def _decoded_tables(raw: pd.DataFrame, codec: TableCodec, spec) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+def _decoded_tables(raw: pd.DataFrame, codec: TableCodec) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """(raw table without non-finite rows, the table decoded to the spec's types with categories, rows dropped)."""
     finite = np.isfinite(raw.to_numpy(float)).all(axis=1)
     raw = raw[finite].reset_index(drop=True)
@@ -174,7 +165,7 @@ def _fit_hflow(x_frame, test, attributes, spec, config, plan, noise, seed, targe
     release = train_density(flow, x, hp, plan, noise, clipping=hf.clipping, sparsity=hf.sparsity,
                             progress=progress_artifact(f"DP-HFlow {job_id}: DP-SGD steps"))
     x_test = torch.tensor(codec.flow_inputs(test), dtype=torch.float32, device=target)
-    _, scale = codec._affine()
+    _, scale = codec.affine()
     held_out = mean_log_likelihood(flow, x_test) - float(np.log(scale).sum())
     sample = lambda rows, generator: codec.from_flow(flow.sample(rows, generator).cpu().numpy())  # noqa: E731
     model = {"synthesizer": "hflow", **hf.model_dump()}
@@ -185,15 +176,13 @@ FLOW_SYNTHESIZERS = {"maf": _fit_maf, "hflow": _fit_hflow}
 
 
 def job_plan(config: SynthesisConfig, job: dict, n: int) -> ReleasePlan | None:
-    """The DP-SGD plan of a flow job (None: non-private); known before training."""
+    """The DP-SGD plan of a flow job on ``n`` patients (None: non-private), known before training."""
     budget = Budget(**job["budget"])
     if budget.kind == "non_private":
         return None
-    if job.get("synthesizer", "maf") == "maf":
-        return synthesis_plan(config, budget, n)
-    hf = config.hflow
-    return ReleasePlan.for_steps(n, hf.sample_rate, hf.steps, kind=budget.kind, value=budget.value,
-                                 delta=config.privacy.delta, max_grad_norm=hf.max_grad_norm)
+    nf = config.dpnf if job.get("synthesizer", "maf") == "maf" else config.hflow
+    return ReleasePlan.for_steps(n, nf.sample_rate, nf.steps, kind=budget.kind, value=budget.value,
+                                 delta=config.privacy.delta, max_grad_norm=nf.max_grad_norm)
 
 
 def planned_entry(config: SynthesisConfig, job: dict, n: int, guarantee: str) -> LedgerEntry:
@@ -280,7 +269,7 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: st
     decoder = codec or TableCodec.from_spec(spec, attributes, require_bounds=False)
     files, nonfinite = [], 0
     for k, table in enumerate(sample_tables):
-        raw, decoded, dropped = _decoded_tables(table, decoder, spec)
+        raw, decoded, dropped = _decoded_tables(table, decoder)
         nonfinite += dropped
         for name, part in ((f"{job['job_id']}-r{k}.csv", raw), (f"{job['job_id']}-r{k}-truncated.csv", decoded)):
             add_derived(part, spec.derived).to_csv(out_dir / name, index=False)

@@ -218,7 +218,7 @@ def _marginal_figures(run_dir: Path, results: pd.DataFrame, train: pd.DataFrame,
         table[attributes] = codec.encode_labels(table[attributes])
         synthetic[f"{SYNTHESIZER_NAMES[synthesizer]} ({label.rpartition(' ')[2]})"] = table[attributes]
     kinds = {c: spec.kinds()[c] for c in attributes}
-    categories = {c: list(range(len(spec.bounds()[c].levels))) for c in attributes if spec.bounds()[c].discrete}
+    categories = {c: v for c, v in spec.codes().items() if c in attributes}
     return [marginal_histograms(train[attributes], synthetic, kinds, run_dir / INTERMEDIATE / "marginals.png",
                                 categories=categories)]
 

@@ -42,10 +42,8 @@ __all__ = ["evaluate_release", "evaluate_original"]
 
 def _kinds(spec, columns: list[str]) -> tuple[dict, dict]:
     """(column -> kind, column -> valid codes of a discrete column) in frame units."""
-    kinds, bounds = spec.kinds(), spec.bounds()
-    codes = {c: list(range(len(bounds[c].levels))) for c in columns if c in bounds and bounds[c].discrete}
-    codes |= {d.name: [0, 1] for d in spec.derived if d.kind == "binary" and d.name in columns}
-    return {c: kinds[c] for c in columns}, codes
+    kinds, codes = spec.kinds(), spec.codes()
+    return {c: kinds[c] for c in columns}, {c: v for c, v in codes.items() if c in columns}
 
 
 def _utility(train: pd.DataFrame, test: pd.DataFrame, attributes: list[str], config: SynthesisConfig, spec,
