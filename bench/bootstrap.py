@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from sklearn.metrics import average_precision_score, roc_auc_score  # noqa: E402
 
-from models.bootstrap import stratified_counts, weighted_auprc, weighted_auroc, weighted_brier  # noqa: E402
+from privehr.models.bootstrap import stratified_counts, weighted_auprc, weighted_auroc, weighted_brier  # noqa: E402
 
 
 def _vectorised(preds, y, w):

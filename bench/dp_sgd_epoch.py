@@ -26,9 +26,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from models.classifiers import build_classifier  # noqa: E402
-from models.device import resolve_device  # noqa: E402
-from models.losses import binary_loss  # noqa: E402
+from privehr.models.classifiers import build_classifier  # noqa: E402
+from privehr.models.device import resolve_device  # noqa: E402
+from privehr.models.losses import binary_loss  # noqa: E402
 
 
 def _data(n, hours, variables, device, seed=0):
@@ -56,9 +56,9 @@ def make_trainer(model_name, mode, x, y, batch_size, device):
     """A closure that runs one epoch of training in ``mode`` (one of MODES) and returns its seconds."""
     import itertools
 
-    from models import dp_sgd
-    from models.randomness import NoiseSource
-    from models.release_plan import ReleasePlan
+    from privehr.models import dp_sgd
+    from privehr.models.randomness import NoiseSource
+    from privehr.models.release_plan import ReleasePlan
 
     model = build_classifier(model_name, x[0].shape[2], x[0].shape[1], seed=0, hidden_size=32).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -17,7 +17,7 @@ each as mean (SD over runs) of the posterior mean, SD and correlations of beta, 
 delta 1e-5, wall time per column, and the checks of the DP-NF-VI posterior means at mu = 6.68 against the truth
 (within the posterior SD the paper reports there; and, strictly, within the paper's own distance plus twice its
 run-to-run SD, which the exact posterior of a given simulated dataset may itself miss). Settings as the paper: MADE 1 x 10 hidden, m = 1000 draws, q = 500/6000,
-lr 0.01 decaying by 0.999 per step, T = 8000, C = 10, RMSprop (privehr.inference_config.VIConfig). Differences:
+lr 0.01 decaying by 0.999 per step, T = 8000, C = 10, RMSprop (privehr.core.inference_config.VIConfig). Differences:
 no batch norm (an elementwise affine instead), the DP-NF density has 2 MADE blocks of 16 hidden units and uses
 Adam (lr 0.01).
 """
@@ -36,15 +36,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from models.device import resolve_device  # noqa: E402
-from models.posterior_reference import reference_posterior  # noqa: E402
-from models.private_inference import FlowShape, private_posterior, synthetic_posterior  # noqa: E402
-from models.repeated_measures import TRUE_BETA, NonlinearRepeatedMeasures, simulate_repeated_measures  # noqa: E402
-from models.run_summary import summarise_runs  # noqa: E402
-from privehr.inference_config import InferenceConfig  # noqa: E402
-from tasks.private_inference import mu_plan, vi_hyperparameters  # noqa: E402
-from tasks.inference_report import format_cell, versus_exact  # noqa: E402
-from tasks.synthesis import density_hyperparameters  # noqa: E402
+from privehr.models.device import resolve_device  # noqa: E402
+from privehr.models.posterior_reference import reference_posterior  # noqa: E402
+from privehr.models.private_inference import FlowShape, private_posterior, synthetic_posterior  # noqa: E402
+from privehr.models.repeated_measures import TRUE_BETA, NonlinearRepeatedMeasures, simulate_repeated_measures  # noqa: E402
+from privehr.models.run_summary import summarise_runs  # noqa: E402
+from privehr.core.inference_config import InferenceConfig  # noqa: E402
+from privehr.tasks.private_inference import mu_plan, vi_hyperparameters  # noqa: E402
+from privehr.tasks.inference_report import format_cell, versus_exact  # noqa: E402
+from privehr.tasks.synthesis import density_hyperparameters  # noqa: E402
 
 # seed 002: Table 6 (DP-NF-VI) and Table 7 (VI on DP synthetic data); columns: exact, NF-VI, mu 6.68 1.12 0.5 0.27;
 # each entry "mean" or (mean, SD over 5 runs)

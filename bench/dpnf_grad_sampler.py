@@ -27,11 +27,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from models.device import resolve_device  # noqa: E402
-from models.dp_nf import DensityHyperparameters, train_density  # noqa: E402
-from models.maf import MAF  # noqa: E402
-from models.randomness import NoiseSource  # noqa: E402
-from models.release_plan import ReleasePlan  # noqa: E402
+from privehr.models.device import resolve_device  # noqa: E402
+from privehr.models.dp_nf import DensityHyperparameters, train_density  # noqa: E402
+from privehr.models.maf import MAF  # noqa: E402
+from privehr.models.randomness import NoiseSource  # noqa: E402
+from privehr.models.release_plan import ReleasePlan  # noqa: E402
 
 SHAPES = [{"name": "seed002_ehr", "features": 19, "blocks": 15, "hidden": 200, "layers": 1, "n": 62, "batch": 31},
           {"name": "seed001_lifesci", "features": 10, "blocks": 5, "hidden": 100, "layers": 2, "n": 24000,

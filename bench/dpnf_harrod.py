@@ -50,9 +50,9 @@ def main() -> None:
                       PREFECT_SERVER_ANALYTICS_ENABLED="false")
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.synthesis import synthesize_ehr
-    from models.gaussian_dp import gdp_epsilon
-    from privehr.config import SynthesisConfig
+    from privehr.flows.synthesis import synthesize_ehr
+    from privehr.models.gaussian_dp import gdp_epsilon
+    from privehr.core.config import SynthesisConfig
 
     config = SynthesisConfig(path=args.harrod, mice={"m": args.m, "trace": False}, epsilons=[], runs=args.runs,
                              releases=args.releases, dpnf={"steps": args.steps}, artifacts_dir=tmp / "artifacts",

@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import json, sys, time
 from pathlib import Path
-from flows.pipeline import pipeline
-from privehr.config import PipelineConfig
+from privehr.flows.pipeline import pipeline
+from privehr.core.config import PipelineConfig
 config = PipelineConfig.model_validate(json.loads(sys.argv[1]))
 t0 = time.perf_counter()
 summary = pipeline(config)
@@ -52,9 +52,9 @@ print(json.dumps({"flow_wall_s": wall, "peak_rss_mb": int(hwm) / 1024, "stage_se
 
 def projections(stage_seconds: dict, per_kind: dict[tuple[str, str], list[float]]) -> dict:
     """The nightly deployment's and the full profile's time, from the measured median seconds per fit."""
-    from privehr.config import PipelineConfig, load_config
+    from privehr.core.config import PipelineConfig, load_config
 
-    concurrent = 2  # tasks.compute.CONCURRENT_FITS fits share the cores
+    concurrent = 2  # privehr.tasks.compute.CONCURRENT_FITS fits share the cores
     data_stages = sum(v for k, v in stage_seconds.items() if k not in ("search", "fit (after the last search)"))
     out = {}
     for name in ("nightly", "full"):
@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from models.device import resolve_device
+    from privehr.models.device import resolve_device
 
     sys.path.insert(0, str(ROOT / "bench"))
     from generated_extract import generated_extract

@@ -19,7 +19,7 @@ def generated_extract(path: Path | None, stays: int, seed: int) -> tuple[Path, d
     if path.exists():
         return path, None
     sys.path.insert(0, str(ROOT))
-    from tasks.demo_data import write_demo_mimic
+    from privehr.io.demo_data import write_demo_mimic
 
     path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

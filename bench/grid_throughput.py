@@ -40,9 +40,9 @@ def main() -> None:
     from prefect.testing.utilities import prefect_test_harness
     from prefect_dask import DaskTaskRunner
 
-    from flows.pipeline import pipeline
-    from privehr.config import PipelineConfig
-    from tasks.demo_data import write_demo_mimic
+    from privehr.flows.pipeline import pipeline
+    from privehr.core.config import PipelineConfig
+    from privehr.io.demo_data import write_demo_mimic
 
     extract = tmp / "all_hourly_data.h5"
     write_demo_mimic(extract, args.stays, seed=0)

@@ -38,15 +38,15 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from models.column_codec import TableCodec  # noqa: E402
-from models.marginal_synthesis import marginal_available, synthesize_marginal  # noqa: E402
-from models.mixed_fidelity import mixed_fidelity_summary  # noqa: E402
-from models.randomness import NoiseSource  # noqa: E402
-from models.tstr_panel import tstr, tstr_summary  # noqa: E402
-from privehr.config import SynthesisConfig  # noqa: E402
-from privehr.specs import load_ehr_spec  # noqa: E402
-from tasks.ehr_table import read_ehr_table  # noqa: E402
-from tasks.synthesis import FLOW_SYNTHESIZERS, job_plan  # noqa: E402
+from privehr.models.column_codec import TableCodec  # noqa: E402
+from privehr.models.marginal_synthesis import marginal_available, synthesize_marginal  # noqa: E402
+from privehr.models.mixed_fidelity import mixed_fidelity_summary  # noqa: E402
+from privehr.models.randomness import NoiseSource  # noqa: E402
+from privehr.models.tstr_panel import tstr, tstr_summary  # noqa: E402
+from privehr.core.config import SynthesisConfig  # noqa: E402
+from privehr.core.specs import load_ehr_spec  # noqa: E402
+from privehr.io.ehr_table import read_ehr_table  # noqa: E402
+from privehr.tasks.synthesis import FLOW_SYNTHESIZERS, job_plan  # noqa: E402
 
 B = "binary"
 SPECS = {  # bounds: public clinical ranges, wide enough for any adult patient (not the tables' extremes)

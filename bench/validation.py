@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 CHILD = r"""
 import json, sys, time
-from privehr.specs import load_mimic_spec
-from tasks.validation import validate_extract
+from privehr.core.specs import load_mimic_spec
+from privehr.io.validation import validate_extract
 t0 = time.perf_counter()
 s = validate_extract(sys.argv[1], sys.argv[2], load_mimic_spec())
 wall = time.perf_counter() - t0
@@ -52,7 +52,7 @@ def _static_table(rows: int, seed: int = 0):
     """Per-stay static features (age, 24 h means of vitals/labs) of simulated stays, 30 % masked."""
     import numpy as np
 
-    from models.severity_simulator import simulate_extract
+    from privehr.simulate.severity_simulator import simulate_extract
     from privehr.resources import mimic_extract_variables
 
     variables = mimic_extract_variables()
@@ -71,7 +71,7 @@ def _static_table(rows: int, seed: int = 0):
 
 
 def _mice(name: str, frame, trace: bool) -> dict:
-    from models.mice import multiple_imputation
+    from privehr.models.mice import multiple_imputation
 
     t0 = time.perf_counter()
     r = multiple_imputation(frame, m=5, max_iter=10, seed=0, trace=trace)
@@ -92,14 +92,14 @@ def main() -> None:
     result = {"benchmark": "validation", "cpus": os.cpu_count(), "python": platform.python_version()}
     if not args.skip_full:
         if not args.path.exists():
-            from tasks.demo_data import write_demo_mimic
+            from privehr.io.demo_data import write_demo_mimic
 
             write_demo_mimic(args.path, 34472, 0)
         result["validation_full"] = {"path": str(args.path), **_validation(args.path), "goal_wall_s": 60}
     mice = []
     if args.harrod.exists():
-        from privehr.specs import load_ehr_spec
-        from tasks.ehr_table import drop_by_missingness, read_ehr_table
+        from privehr.core.specs import load_ehr_spec
+        from privehr.io.ehr_table import drop_by_missingness, read_ehr_table
 
         spec = load_ehr_spec("harrod_ehr")
         table = read_ehr_table(args.harrod, spec)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from privehr.config import AuditConfig
-from tasks.audit import evaluate_attacks, plan_audit, train_shadow
+from privehr.core.config import AuditConfig
+from privehr.tasks.audit import evaluate_attacks, plan_audit, train_shadow
 
 __all__ = ["audit"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from prefect import flow
 
-from privehr.config import EHRPrepareConfig
-from tasks.impute import impute_ehr
-from tasks.run_directory import create_run_directory
-from tasks.validate import validate_delivery
+from privehr.core.config import EHRPrepareConfig
+from privehr.tasks.impute import impute_ehr
+from privehr.tasks.run_directory import create_run_directory
+from privehr.tasks.validate import validate_delivery
 
 __all__ = ["ehr_prepare"]
 

@@ -19,22 +19,22 @@ from prefect import flow
 from prefect.futures import wait
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.synthesis import synthesize_ehr
-from models.device import resolve_device
-from privehr.config import PipelineConfig
-from tasks.cohort import build_cohort
-from tasks.compute import CONCURRENT_FITS
-from tasks.features import build_features
-from tasks.ingest import ingest_extract
-from tasks.release_budget import check_privacy_budget
-from tasks.report import write_report
-from tasks.run_directory import create_run_directory, run_lock
-from tasks.split import check_labels, split_cohort
-from tasks.stage_timing import StageClock
-from tasks.static_imputation import impute_static_table
-from tasks.train import fit_and_evaluate, fit_key, search_hyperparameters, trial_key
-from tasks.validate import validate_delivery
-from tasks.versioning import pull_inputs, version_run
+from privehr.flows.synthesis import synthesize_ehr
+from privehr.models.device import resolve_device
+from privehr.core.config import PipelineConfig
+from privehr.tasks.cohort import build_cohort
+from privehr.tasks.compute import CONCURRENT_FITS
+from privehr.tasks.features import build_features
+from privehr.tasks.ingest import ingest_extract
+from privehr.tasks.release_budget import check_privacy_budget
+from privehr.tasks.report import write_report
+from privehr.tasks.run_directory import create_run_directory, run_lock
+from privehr.tasks.split import check_labels, split_cohort
+from privehr.tasks.stage_timing import StageClock
+from privehr.tasks.static_imputation import impute_static_table
+from privehr.tasks.train import fit_and_evaluate, fit_key, search_hyperparameters, trial_key
+from privehr.tasks.validate import validate_delivery
+from privehr.tasks.versioning import pull_inputs, version_run
 
 __all__ = ["pipeline", "on_dask"]
 

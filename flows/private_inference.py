@@ -12,12 +12,12 @@ from __future__ import annotations
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from models.device import resolve_device
-from privehr.inference_config import InferenceConfig
-from tasks.compute import CONCURRENT_FITS
-from tasks.inference_report import write_inference_report
-from tasks.private_inference import EXACT_KEY, check_inference_budget, exact_posterior, fit_posterior, prepare_records
-from tasks.run_directory import create_run_directory, run_lock
+from privehr.models.device import resolve_device
+from privehr.core.inference_config import InferenceConfig
+from privehr.tasks.compute import CONCURRENT_FITS
+from privehr.tasks.inference_report import write_inference_report
+from privehr.tasks.private_inference import EXACT_KEY, check_inference_budget, exact_posterior, fit_posterior, prepare_records
+from privehr.tasks.run_directory import create_run_directory, run_lock
 
 __all__ = ["private_inference"]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from prefect import flow
 
-from privehr.config import StewardConfig
-from tasks.run_directory import create_run_directory
-from tasks.validate import validate_delivery
-from tasks.validation import ValidationFailed
+from privehr.core.config import StewardConfig
+from privehr.tasks.run_directory import create_run_directory
+from privehr.tasks.validate import validate_delivery
+from privehr.io.validation import ValidationFailed
 
 __all__ = ["validate"]
 

@@ -11,17 +11,17 @@ from __future__ import annotations
 from prefect import flow, unmapped
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from models.device import resolve_device
-from privehr.config import SynthesisConfig
-from tasks.compute import CONCURRENT_FITS
-from tasks.impute import impute_ehr
-from tasks.release_budget import check_synthesis_budget
-from tasks.run_directory import create_run_directory, run_lock
-from tasks.synthesis import COUNT_KEY, check_synthesis_inputs, release_patient_count, synthesize
-from tasks.synthesis_report import write_synthesis_report
-from tasks.synthetic_evaluation import evaluate_original, evaluate_release
-from tasks.validate import validate_delivery
-from tasks.versioning import pull_inputs
+from privehr.models.device import resolve_device
+from privehr.core.config import SynthesisConfig
+from privehr.tasks.compute import CONCURRENT_FITS
+from privehr.tasks.impute import impute_ehr
+from privehr.tasks.release_budget import check_synthesis_budget
+from privehr.tasks.run_directory import create_run_directory, run_lock
+from privehr.tasks.synthesis import COUNT_KEY, check_synthesis_inputs, release_patient_count, synthesize
+from privehr.tasks.synthesis_report import write_synthesis_report
+from privehr.tasks.synthetic_evaluation import evaluate_original, evaluate_release
+from privehr.tasks.validate import validate_delivery
+from privehr.tasks.versioning import pull_inputs
 
 __all__ = ["synthesize_ehr"]
 

@@ -2,16 +2,16 @@
 Gaussian steps at rate q (what ``privehr privacy convert`` prints).
 
 Given one of sigma, mu or a target epsilon, the others follow: mu from sigma by the GDP central
-limit theorem (:mod:`models.gaussian_dp`), sigma from mu by its inverse, sigma from a target epsilon
-by calibrating PRV and RDP (:mod:`models.privacy_accounting`). For the resulting sigma every
+limit theorem (:mod:`privehr.models.gaussian_dp`), sigma from mu by its inverse, sigma from a target epsilon
+by calibrating PRV and RDP (:mod:`privehr.models.privacy_accounting`). For the resulting sigma every
 accountant's epsilon at delta is reported: PRV (the claim), RDP (an upper bound) and GDP (the CLT
 approximation papers quote; it can underestimate).
 """
 
 from __future__ import annotations
 
-from models.gaussian_dp import gdp_epsilon, gdp_mu, sigma_for_mu
-from models.privacy_accounting import calibrate_noise_multiplier, epsilon_spent
+from privehr.models.gaussian_dp import gdp_epsilon, gdp_mu, sigma_for_mu
+from privehr.models.privacy_accounting import calibrate_noise_multiplier, epsilon_spent
 
 __all__ = ["convert_budget"]
 

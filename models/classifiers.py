@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.grud import GRUD
-from models.hourly_features import flatten_for_linear
-from models.logistic_regression import LogisticRegression
+from privehr.models.grud import GRUD
+from privehr.models.hourly_features import flatten_for_linear
+from privehr.models.logistic_regression import LogisticRegression
 
 __all__ = ["MODELS", "build_classifier", "classifier_inputs", "seeded_build"]
 

@@ -1,15 +1,15 @@
 """Between a mixed-type table and what a synthesizer sees: codes, scaled numbers, bins, and back.
 
-A table (as :mod:`tasks.ehr_table` reads it) holds each column in *frame units*: a numeric or integer
+A table (as :mod:`privehr.io.ehr_table` reads it) holds each column in *frame units*: a numeric or integer
 column its value, a discrete column (binary, categorical, ordinal) its category's code 0..k-1. The
 synthesizers need three other views, and their output must come back as the spec's types:
 
-* **flow inputs** (DP-HFlow, :mod:`models.hflow`): continuous columns first, affinely scaled by the
+* **flow inputs** (DP-HFlow, :mod:`privehr.models.hflow`): continuous columns first, affinely scaled by the
   steward's bounds, center (low + high) / 2 and scale (high - low) / 4 (data-independent, so the
   scaling is inside the DP guarantee); then the discrete columns as integer codes. An integer column
   whose range high - low + 1 is at most ``max_levels`` is discrete with code value - low (a count, a
   score), a wider one is continuous and rounded on the way back.
-* **bins** (AIM and MST, :mod:`models.marginal_synthesis`): discrete columns keep their codes; a
+* **bins** (AIM and MST, :mod:`privehr.models.marginal_synthesis`): discrete columns keep their codes; a
   continuous column is cut into ``bins`` equal-width bins of its bounds (public: no data decides the
   edges), values beyond the bounds in the outer bins. Back: a uniform draw within the bin.
 * **decoded** (:meth:`TableCodec.decode`): numbers clipped to the bounds, integers rounded, discrete codes
@@ -76,7 +76,7 @@ class TableCodec:
 
     @classmethod
     def from_spec(cls, spec, attributes: list[str], require_bounds: bool = True) -> "TableCodec":
-        """The codec of ``attributes`` (in this order) of an :class:`~privehr.specs.EHRTableSpec`
+        """The codec of ``attributes`` (in this order) of an :class:`~privehr.core.specs.EHRTableSpec`
         (``require_bounds=False``: only :meth:`decode` and :meth:`labels` are usable where bounds are missing)."""
         bounds = spec.bounds()
         return cls([CodecColumn(a, bounds[a].kind, bounds[a].valid_low, bounds[a].valid_high,

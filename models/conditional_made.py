@@ -3,7 +3,7 @@ variational dequantization (Lee, Kim, Jeong, Ro, "Differentially Private Normali
 Synthetic Tabular Data Generation", AAAI 2022; MADE: Germain, Gregor, Murray, Larochelle, ICML 2015).
 
 Inputs x (n, D) in their given order and a context c (n, C). Every layer of the network sees
-[h, c]: its mask is MADE's (:func:`models.made.made_masks`) on the h columns and all ones on the c
+[h, c]: its mask is MADE's (:func:`privehr.models.made.made_masks`) on the h columns and all ones on the c
 columns, so output d is a function of (x_{<d}, c). Feeding c into every layer, the output layer
 included, matters for d = 1: in a MADE the first output sees no hidden unit, and only a direct
 context connection lets its parameters depend on c. The network outputs P numbers per input
@@ -13,9 +13,9 @@ DP-HFlow uses one such network for all its J spline blocks, with c the one-hot c
 index j (the paper's theta^j = NN_nu(x, q(j)); each layer's weights on the c columns are the learned
 embedding q(j), so no separate embedding layer is needed). The blocks share every weight: the
 parameter count is that of one block, and DP-SGD's noise, one N(0, sigma^2 C^2) coordinate per
-parameter, grows no further with J. The layers are :class:`~models.made.MaskedLinear`; called once
+parameter, grows no further with J. The layers are :class:`~privehr.models.made.MaskedLinear`; called once
 per block, each layer is used J times per sample, which its ghost-clipping rule handles by
-materialising the masked per-sample gradient (:mod:`models.ghost_clipping`).
+materialising the masked per-sample gradient (:mod:`privehr.models.ghost_clipping`).
 
 The output layer starts at zero (weights and bias): every output is 0 for any input until trained,
 a data-independent start at which DP-HFlow's splines are the identity.
@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.made import MaskedLinear, made_masks
+from privehr.models.made import MaskedLinear, made_masks
 
 __all__ = ["ConditionalMADE"]
 

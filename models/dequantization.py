@@ -30,7 +30,7 @@ floor(k_j (y_j / 2h + 1/2)), clamped to 0..k_j - 1.
   F the CDF of a mixture of M logistic distributions, which maps R onto (0, 1), so no final sigmoid
   is needed; log q(u | x) = sum_j [log N(eps_j) - log F'(eps_j)], and the objective is the ELBO
   log p(x + u) - log q(u | x) at one reparameterised draw. NN is one
-  :class:`~models.conditional_made.ConditionalMADE` over eps with the codes as context
+  :class:`~privehr.models.conditional_made.ConditionalMADE` over eps with the codes as context
   (f_j(x) = 2 (x_j + 1/2) / k_j - 1): the paper's r = NN_phi(x^(c)) and NN_psi([eps_1, r]) merged into
   one masked network, and its two-part coupling (eps_1 passed through, eps_2 transformed) generalised
   to an autoregressive transform, each eps_j conditioned on eps_{<j} and x. That keeps the paper's
@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.conditional_made import ConditionalMADE
+from privehr.models.conditional_made import ConditionalMADE
 
 __all__ = ["DISCRETE_HALF_WIDTH", "discrete_to_flow", "flow_to_discrete", "UniformDequantizer",
            "VariationalDequantizer", "logistic_mixture_cdf"]

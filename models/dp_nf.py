@@ -8,16 +8,16 @@ Records" (seed 002).
 Minimises the mean negative log-likelihood -1/b sum_i log p_theta(x_i) over Poisson batches (rate
 q) by DP-SGD: each per-sample gradient clipped to norm C, Gaussian noise N(0, sigma^2 C^2 I) added to
 the sum, divided by the expected batch q n. sigma, q, T and C come from the release's
-:class:`~models.release_plan.ReleasePlan`; the trainer takes exactly its T steps. Per-sample
-clipping by ghost clipping (:mod:`models.ghost_clipping`, the default) or by
+:class:`~privehr.models.release_plan.ReleasePlan`; the trainer takes exactly its T steps. Per-sample
+clipping by ghost clipping (:mod:`privehr.models.ghost_clipping`, the default) or by
 Opacus (hooks with privehr's masked-linear rule, or its functorch fallback); Poisson sampling either
 way. Ghost clipping also offers DP-HFlow's fine-grained clipping (per layer, per unit, stochastic
-sparsification: :mod:`models.fine_grained_clipping`), each bounding a record's gradient by C. The
-noise and the sampling come from the release's :class:`~models.randomness.NoiseSource` (OS entropy
+sparsification: :mod:`privehr.models.fine_grained_clipping`), each bounding a record's gradient by C. The
+noise and the sampling come from the release's :class:`~privehr.models.randomness.NoiseSource` (OS entropy
 unless reproducible noise was asked for), the noise drawn as four summed Gaussians.
 After the T steps the flow is released; it is (epsilon, delta)-DP for the records in ``x`` with
 epsilon from the PRV accountant (RDP and PLD alongside) and, for comparison with the papers, mu-GDP
-with mu = q sqrt(T (exp(1/sigma^2) - 1)) (:mod:`models.gaussian_dp`). Synthetic data sampled from
+with mu = q sqrt(T (exp(1/sigma^2) - 1)) (:mod:`privehr.models.gaussian_dp`). Synthetic data sampled from
 the flow are post-processing: they cost nothing more.
 
 Not covered: anything computed from the private records before training (imputation, scaling
@@ -38,13 +38,13 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import models.grad_samplers  # noqa: F401  (registers the MaskedLinear rule for the Opacus paths)
-from models.dp_sgd import check_accounted, endless, make_private_poisson
-from models.fine_grained_clipping import CLIPPING_MODES
-from models.noisy_step import ghost_steps
-from models.randomness import NoiseSource
-from models.release_plan import ReleasePlan
-from models.step_history import run_steps
+import privehr.models.grad_samplers  # noqa: F401  (registers the MaskedLinear rule for the Opacus paths)
+from privehr.models.dp_sgd import check_accounted, endless, make_private_poisson
+from privehr.models.fine_grained_clipping import CLIPPING_MODES
+from privehr.models.noisy_step import ghost_steps
+from privehr.models.randomness import NoiseSource
+from privehr.models.release_plan import ReleasePlan
+from privehr.models.step_history import run_steps
 
 __all__ = ["DensityHyperparameters", "DensityRelease", "train_density", "mean_log_likelihood"]
 
@@ -174,7 +174,7 @@ def train_density(flow: nn.Module, x: torch.Tensor, hp: DensityHyperparameters =
     rule, as the MAF's masked linear layers do) or an Opacus mode, "hooks" or "functorch". All three clip, noise and sample alike.
     ``noise`` (default: OS entropy) gives the DP noise and Poisson sampling. ``progress(done, total)``,
     if given, is called every ``log_every`` steps. ``clipping`` (ghost mode only): "flat" (one threshold C), or
-    "per_layer", "per_unit", "sparsified" (with ``sparsity``) of :mod:`models.fine_grained_clipping` (DP-HFlow's
+    "per_layer", "per_unit", "sparsified" (with ``sparsity``) of :mod:`privehr.models.fine_grained_clipping` (DP-HFlow's
     fine-grained clipping); each bounds a record's clipped gradient by C, so the plan's accounting holds as is.
     """
     if clipping not in CLIPPING_MODES:

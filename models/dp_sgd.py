@@ -6,18 +6,18 @@ clips each per-sample gradient g_i to norm C, and updates with
     g = (sum_i g_i * min(1, C / ||g_i||) + N(0, sigma^2 C^2 I)) / (q n)
 
 (mean loss reduction over the *expected* batch size q n). sigma, q and T come from the release's
-:class:`~models.release_plan.ReleasePlan`, calibrated before training so that the T steps are
+:class:`~privehr.models.release_plan.ReleasePlan`, calibrated before training so that the T steps are
 (epsilon, delta)-DP under PRV and RDP (PLD alongside); the trainer takes exactly T steps.
 
 Per-sample clipping, ``grad_sample_mode``:
 
-* ``"ghost"`` (the default): :mod:`models.ghost_clipping` computes the norms of the g_i from each
+* ``"ghost"`` (the default): :mod:`privehr.models.ghost_clipping` computes the norms of the g_i from each
   layer's inputs and output gradients and the clipped sum by one GEMM per layer, never materialising
   a g_i of a layer whose Grams are smaller; the Poisson batch and the noise are drawn here
-  (:mod:`models.noisy_step`). GRU-D's recurrent weights are used at every hour: their norms come from
+  (:mod:`privehr.models.noisy_step`). GRU-D's recurrent weights are used at every hour: their norms come from
   24 x 24 Grams per sample.
 * ``"hooks"`` / ``"functorch"``: Opacus's PrivacyEngine (per-sample gradients by its hooks, with
-  privehr's rules of :mod:`models.grad_samplers`, or by vmap). The trainer checks that Opacus's sampler
+  privehr's rules of :mod:`privehr.models.grad_samplers`, or by vmap). The trainer checks that Opacus's sampler
   drew at rate q and that its optimizer noised exactly T steps at sigma. (Opacus alone would take
   int(1/q) steps an epoch, one fewer than ceil(n/b) for some n, e.g. 92 for 93 batches, and books q
   as 1/int(1/q): the plan's rate and steps are what actually happens here.)
@@ -28,7 +28,7 @@ and costs no privacy; a penalty added to the loss would never reach the per-samp
 early stopping on dev: the model after the T steps is released.
 
 Randomness: the Poisson sampling and the noise come from the release's
-:class:`~models.randomness.NoiseSource` (OS entropy unless reproducible noise was asked for), and
+:class:`~privehr.models.randomness.NoiseSource` (OS entropy unless reproducible noise was asked for), and
 the noise is drawn as Opacus's ``secure_mode`` draws it (four Gaussians summed, robust to the
 floating-point attack); torchcsprng, the other half of ``secure_mode``, does not exist for torch 2.x.
 What the guarantee covers: the training examples given here. What it does not: feature statistics
@@ -46,11 +46,11 @@ from opacus import PrivacyEngine
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import models.grad_samplers  # noqa: F401  (registers Opacus rules for privehr's layers)
-from models.losses import binary_loss, per_sample_loss
-from models.noisy_step import ghost_steps
-from models.randomness import NoiseSource
-from models.release_plan import ReleasePlan
+import privehr.models.grad_samplers  # noqa: F401  (registers Opacus rules for privehr's layers)
+from privehr.models.losses import binary_loss, per_sample_loss
+from privehr.models.noisy_step import ghost_steps
+from privehr.models.randomness import NoiseSource
+from privehr.models.release_plan import ReleasePlan
 
 __all__ = ["CLIPPING_MODES", "DPSGDHyperparameters", "DPSGDResult", "train_dp_sgd", "make_private_poisson",
            "check_accounted"]
@@ -114,7 +114,7 @@ def endless(loader: DataLoader):
 
 def _ghost_steps(model: nn.Module, inputs: tuple[torch.Tensor, ...], y: torch.Tensor, optimizer, plan: ReleasePlan,
                  noise: NoiseSource, loss: str):
-    """DP-SGD steps by ghost clipping (:func:`models.noisy_step.ghost_steps`) on the classifier's per-sample loss."""
+    """DP-SGD steps by ghost clipping (:func:`privehr.models.noisy_step.ghost_steps`) on the classifier's per-sample loss."""
     loss_fn = per_sample_loss(loss)
 
     def losses(m, target, *xs):

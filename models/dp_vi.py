@@ -8,13 +8,13 @@ The free-energy bound F = E_q[log q(theta) - log p(x, theta)] splits into per-re
     theta_j = F_lambda(z_j),  z_j ~ q0,
 
 and each step clips every sampled record's gradient g_i = grad_lambda l_i to norm C, adds N(0, sigma^2 C^2 I) to
-the sum and divides by the expected batch q n, exactly as :mod:`models.dp_nf` trains a density. sigma, q, T and C
-come from the release's :class:`~models.release_plan.ReleasePlan` (mu-GDP budget, epsilon by PRV, RDP and PLD);
-the Poisson sampling, the noise and the Monte Carlo draws z come from its :class:`~models.randomness.NoiseSource`.
+the sum and divides by the expected batch q n, exactly as :mod:`privehr.models.dp_nf` trains a density. sigma, q, T and C
+come from the release's :class:`~privehr.models.release_plan.ReleasePlan` (mu-GDP budget, epsilon by PRV, RDP and PLD);
+the Poisson sampling, the noise and the Monte Carlo draws z come from its :class:`~privehr.models.randomness.NoiseSource`.
 
 **Exact per-record gradients, cheaply.** theta_j depends on lambda and z_j only, so with the Jacobian
 J_j = d theta_j / d lambda (d x P, one ``torch.func.jacrev`` per draw, shared by every record) and the scores
-s_ij = grad_theta log p(x_i | theta_j) (:meth:`models.likelihood.Likelihood.score`),
+s_ij = grad_theta log p(x_i | theta_j) (:meth:`privehr.models.likelihood.Likelihood.score`),
 
     g_i = -tau/m sum_j J_j^T s_ij + 1/n grad_lambda 1/m sum_j [log q(theta_j) - log p(theta_j)],
 
@@ -44,18 +44,18 @@ import torch
 from torch import nn
 from torch.func import functional_call, jacrev, vmap
 
-from models.likelihood import Likelihood
-from models.noisy_step import poisson_batch, set_noised_gradients
-from models.randomness import NoiseSource
-from models.release_plan import ReleasePlan
-from models.step_history import run_steps
+from privehr.models.likelihood import Likelihood
+from privehr.models.noisy_step import poisson_batch, set_noised_gradients
+from privehr.models.randomness import NoiseSource
+from privehr.models.release_plan import ReleasePlan
+from privehr.models.step_history import run_steps
 
 __all__ = ["VIHyperparameters", "VIRelease", "per_record_gradients", "train_vi", "untemper", "posterior_summary"]
 
 
 @dataclass(frozen=True)
 class VIHyperparameters:
-    """The optimiser and the Monte Carlo; the defaults (seed 002's) live in ``privehr.inference_config.VIConfig``."""
+    """The optimiser and the Monte Carlo; the defaults (seed 002's) live in ``privehr.core.inference_config.VIConfig``."""
 
     learning_rate: float
     lr_decay: float                     # exponential, per step

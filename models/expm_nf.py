@@ -1,7 +1,7 @@
 """ExpM+NF (seed 000, Algorithm 1): a normalizing flow trained to sample the exponential mechanism.
 
 Target density over a classifier's parameters:  p(theta) ∝ exp(eps * u(theta) / (2 s)), with the
-utility u of :mod:`models.batched_utility` and sensitivity s = 1. The flow q is fitted by the reverse
+utility u of :mod:`privehr.models.batched_utility` and sensitivity s = 1. The flow q is fitted by the reverse
 KL divergence, estimated with N reparametrised draws per step:
 
     KL(q || p) = E_q[log q(theta) - eps u(theta) / (2 s)] + log Z,
@@ -24,8 +24,8 @@ from typing import Literal
 import numpy as np
 import torch
 
-from models.batched_utility import BatchedUtility
-from models.parameter_flow import ParameterFlow
+from privehr.models.batched_utility import BatchedUtility
+from privehr.models.parameter_flow import ParameterFlow
 
 __all__ = ["ExpMNFHyperparameters", "ExpMNFResult", "train_expm_nf", "sample_parameters", "draw_utilities",
            "draw_probabilities", "posterior_predictive", "map_index", "fit_gap"]

@@ -7,14 +7,14 @@ McMahan, Ramage, Talwar, Zhang, "Learning Differentially Private Recurrent Langu
 Training by Pruning Activation Gradients", ECCV 2020 (the unbiased stochastic pruning operator
 T_{tau,gamma} below, which the paper applies to per-sample gradients).
 
-Per-sample gradient g_i of a model of ruled layers l (:func:`models.ghost_clipping.clipped_layers`:
+Per-sample gradient g_i of a model of ruled layers l (:func:`privehr.models.ghost_clipping.clipped_layers`:
 nn.Linear, MaskedLinear, LowRankLinear, ...), g_il its part in layer l (all the layer's parameters):
 
 * ``"flat"``: clip_C(g_i) = min(1, C / ||g_i||) g_i (Abadi et al. 2016), exactly
-  :func:`models.ghost_clipping.clipped_gradient_sum`.
+  :func:`privehr.models.ghost_clipping.clipped_gradient_sum`.
 * ``"per_layer"``: clip_{C_l}(g_il) for every layer, thresholds from :func:`layer_thresholds`: C is
   split first between the model's networks (its top-level children by default: for
-  :class:`~models.hflow.HFlow` the spline conditioner, the linear flows, the dequantizer) and then
+  :class:`~privehr.models.hflow.HFlow` the spline conditioner, the linear flows, the dequantizer) and then
   between the layers of a network in proportion to their parameter counts (masked-out weights not
   counted), in squares: C_net^2 = C^2 / J (equal shares; ``network_shares="parameters"`` splits
   C^2 by parameter count too) and C_l^2 = C_net^2 P_l / P_net, so sum_l C_l^2 = C^2. Equal network
@@ -42,13 +42,13 @@ nn.Linear, MaskedLinear, LowRankLinear, ...), g_il its part in layer l (all the 
   paper's operator with a fresh gamma per coordinate). s = 0 gives k = m, tau = min |entry|, T = identity:
   per-layer clipping. The gammas come from the ``generator`` the caller passes (DP training:
   ``NoiseSource.torch_generator("sparsify")``), drawn as one ``torch.rand(batch, m_l)`` per layer with a
-  forward call, in :func:`~models.ghost_clipping.clipped_layers` order, the columns the layer's parameters in
+  forward call, in :func:`~privehr.models.ghost_clipping.clipped_layers` order, the columns the layer's parameters in
   their registration order, each flattened.
 
 The per-unit and sparsified modes materialise every layer's per-sample gradients (batch x
 parameters numbers per layer), affordable for the small flows of privehr (a few 10^4 parameters,
 batches of a few hundred); flat and per-layer use the fast rules. The layers' calls are collected as
-:func:`~models.ghost_clipping.clipped_gradient_sum` collects them (:func:`~models.ghost_clipping.collect_calls`),
+:func:`~privehr.models.ghost_clipping.clipped_gradient_sum` collects them (:func:`~privehr.models.ghost_clipping.collect_calls`),
 and the per-sample gradients are each rule's ``per_sample_gradients``.
 
 Privacy: in every mode each sample's clipped contribution has norm at most C: per-unit rows at most
@@ -58,8 +58,8 @@ rounding on the safe side). The per-sample maps may depend on the sample's own g
 thresholds, tau) and on data-independent randomness (gamma), never on another sample, so adding or
 removing one record moves the clipped sum by at most C (for any gammas: they need not be secret), and the
 Gaussian noise N(0, sigma^2 C^2 I) of
-:func:`models.noisy_step.set_noised_gradients` gives the same guarantee as with flat clipping: the
-accounting of :class:`~models.release_plan.ReleasePlan` is unchanged. Tested adversarially (huge
+:func:`privehr.models.noisy_step.set_noised_gradients` gives the same guarantee as with flat clipping: the
+accounting of :class:`~privehr.models.release_plan.ReleasePlan` is unchanged. Tested adversarially (huge
 gradients) in tests/models/test_fine_grained_clipping.py.
 """
 
@@ -71,7 +71,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from models.ghost_clipping import Call, clipped_gradient_sum, clipped_layers, collect_calls, rule_of
+from privehr.models.ghost_clipping import Call, clipped_gradient_sum, clipped_layers, collect_calls, rule_of
 
 __all__ = ["CLIPPING_MODES", "layer_thresholds", "stochastic_sparsify", "fine_grained_clipped_sum",
            "per_sample_gradients"]
@@ -163,7 +163,7 @@ def stochastic_sparsify(g: torch.Tensor, sparsity: float, generator: torch.Gener
 
 def per_sample_gradients(layer: nn.Module, call: Call) -> dict[nn.Parameter, torch.Tensor]:
     """{parameter: (batch, *shape)} for a ruled layer's trainable parameters, from its :class:`Call` (the rule's
-    :meth:`~models.ghost_clipping.GhostRule.per_sample_gradients`)."""
+    :meth:`~privehr.models.ghost_clipping.GhostRule.per_sample_gradients`)."""
     return rule_of(layer).per_sample_gradients(layer, call)
 
 
@@ -216,7 +216,7 @@ def fine_grained_clipped_sum(model: nn.Module, losses_fn: Callable[..., torch.Te
                              networks: Callable[[str], str] | None = None, network_shares: str = "equal"):
     """(per-sample losses, per-sample unclipped gradient norms, {parameter: sum_i clip(g_i)}) of
     ``losses_fn(model, *inputs)`` under ``mode`` (module doc), as
-    :func:`~models.ghost_clipping.clipped_gradient_sum` returns them. Every sample's clipped gradient has norm
+    :func:`~privehr.models.ghost_clipping.clipped_gradient_sum` returns them. Every sample's clipped gradient has norm
     at most ``max_grad_norm``. ``generator``: the gammas of ``"sparsified"`` (torch's default if None)."""
     if mode not in CLIPPING_MODES:
         raise ValueError(f"unknown clipping mode {mode!r}: one of {CLIPPING_MODES}")

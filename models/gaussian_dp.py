@@ -11,7 +11,7 @@ and mu-GDP is (epsilon, delta(epsilon))-DP for every epsilon >= 0 with
 
 The CLT is an approximation that can *underestimate* the privacy loss (Opacus warns so in its GDP
 accountant), badly so for large q. privehr therefore claims epsilon from the PRV accountant (RDP
-alongside, :mod:`models.privacy_accounting`) and reports mu only so that results can be set beside
+alongside, :mod:`privehr.models.privacy_accounting`) and reports mu only so that results can be set beside
 papers that state budgets in mu-GDP (seed 002: mu = 6.10, 3.92, 2.45, 1.49 at q = 0.5, T = 8000).
 """
 

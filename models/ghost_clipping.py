@@ -14,9 +14,9 @@ backward of sum_i l_i reaches the layer outputs only (B = dl/dy), and every laye
   or, where in * out < K (in + out), the (out x in) g_i itself (Bu et al.'s "mixed" choice, whichever
   costs fewer operations); for the bias ||sum_k B_ik||^2. The clipped sum is one GEMM,
   (c * B)^T A over all tokens, instead of a second backward (book-keeping).
-* :class:`~models.made.MaskedLinear`: the gradient is (B_i^T A_i) * M; with one token per sample
+* :class:`~privehr.models.made.MaskedLinear`: the gradient is (B_i^T A_i) * M; with one token per sample
   ||(B_i^T A_i) * M||^2 = sum_j B_ij^2 (M (A_i^2))_j (M binary), otherwise materialised with the mask.
-* :class:`~models.grud.InputDecay` (gamma = exp(-relu(w delta + b)), elementwise): g_i has F entries,
+* :class:`~privehr.models.grud.InputDecay` (gamma = exp(-relu(w delta + b)), elementwise): g_i has F entries,
   written out in closed form.
 
 So a DP-SGD step costs one forward, one backward to the layer outputs and a few small batched
@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from models.grud import InputDecay
-from models.made import MaskedLinear
+from privehr.models.grud import InputDecay
+from privehr.models.made import MaskedLinear
 
 __all__ = ["GhostRule", "GHOST_RULES", "register_ghost_rule", "clipped_gradient_sum", "clipped_layers", "collect_calls",
            "rule_of", "Call"]
@@ -74,7 +74,7 @@ class GhostRule:
 
     def per_sample_gradients(self, layer: nn.Module, call: Call) -> dict[nn.Parameter, torch.Tensor]:
         """{parameter: (batch, *shape)} per-sample gradients, materialised (clipping modes that need the entries,
-        :mod:`models.fine_grained_clipping`). By default one clipped sum per sample with a one-hot scale: correct
+        :mod:`privehr.models.fine_grained_clipping`). By default one clipped sum per sample with a one-hot scale: correct
         for any rule, slow; rules override it with a closed form."""
         b = call.backprop
         rows = [self.clipped_sums(layer, call, torch.eye(len(b), dtype=b.dtype, device=b.device)[i])

@@ -1,12 +1,12 @@
 """Opacus per-sample gradient rules for privehr's own layers (registered on import).
 
-:class:`~models.grud.InputDecay`, gamma = exp(-relu(w * delta + b)) applied elementwise to (B, T, F):
+:class:`~privehr.models.grud.InputDecay`, gamma = exp(-relu(w * delta + b)) applied elementwise to (B, T, F):
 with the gradient of the loss with respect to gamma, G (the "backprops"), and the active set
 a = 1[w * delta + b > 0],
 
     dL_i/dw = -sum_t G_it * gamma_it * delta_it * a_it,      dL_i/db = -sum_t G_it * gamma_it * a_it.
 
-:class:`~models.made.MaskedLinear`, y = x (W * M)^T + b with activations A (n, ..., in) and backprops
+:class:`~privehr.models.made.MaskedLinear`, y = x (W * M)^T + b with activations A (n, ..., in) and backprops
 B (n, ..., out):
 
     dL_i/dW = (sum_t B_it^T A_it) * M,                      dL_i/db = sum_t B_it.
@@ -23,8 +23,8 @@ from __future__ import annotations
 import torch
 from opacus.grad_sample import register_grad_sampler
 
-from models.grud import InputDecay
-from models.made import MaskedLinear
+from privehr.models.grud import InputDecay
+from privehr.models.made import MaskedLinear
 
 __all__ = ["compute_input_decay_grad_sample", "compute_masked_linear_grad_sample"]
 

@@ -5,7 +5,7 @@ Generation", AAAI 2022 (seed 004). A row x = (x_cont, x_disc) has ``continuous``
 scaled by the caller to about [-2, 2] from public bounds, and one integer code per discrete column
 (0..k_j - 1). The density direction, data to base:
 
-1. Dequantization (:mod:`models.dequantization`): y_disc = 2h ((x_disc + u) / k - 1/2), u ~ U[0, 1)
+1. Dequantization (:mod:`privehr.models.dequantization`): y_disc = 2h ((x_disc + u) / k - 1/2), u ~ U[0, 1)
    or u ~ q(u | x_disc) (a logistic-mixture-CDF conditional flow, Ho et al. 2019), h = 2; the
    continuous columns pass unchanged: y = (x_cont, y_disc) in R^D, D = continuous + d_c. Each
    discrete column is one dimension holding its code, as in the paper (y^(c) = x^(c) + u, no one-hot):
@@ -15,11 +15,11 @@ scaled by the caller to about [-2, 2] from public bounds, and one integer code p
 2. ``blocks`` blocks j = 1..J (the paper's experiments: J = 3), each
 
        y <- S(y; theta^j),  theta^j = NN_nu(y, q(j))    autoregressive rational-quadratic spline
-                                                        (Durkan et al. 2019, :mod:`models.rq_spline`),
-       y <- (diag(s_j) + A_j B_j) y + b_j              low-rank linear flow (:mod:`models.low_rank_linear`),
+                                                        (Durkan et al. 2019, :mod:`privehr.models.rq_spline`),
+       y <- (diag(s_j) + A_j B_j) y + b_j              low-rank linear flow (:mod:`privehr.models.low_rank_linear`),
 
    with the variable order reversed between blocks. NN_nu is ONE masked network shared by all
-   blocks (:class:`~models.conditional_made.ConditionalMADE`), told which block it serves by the
+   blocks (:class:`~privehr.models.conditional_made.ConditionalMADE`), told which block it serves by the
    one-hot q(j) fed to every layer (the paper's conditional spline flow): the spline parameters
    cost one MADE, not J. The splines act on [-B, B] (B = ``tail_bound`` = 4) with identity tails.
 3. Base N(0, I_D):  log p(y) = log N(z; 0, I) + sum_j (log|det S_j'| + log|det W_j|).
@@ -36,11 +36,11 @@ each block (Woodbury for the linear layer, D passes of the shared MADE per splin
 discrete columns to floor(k (y / 2h + 1/2)), clamped to 0..k - 1; continuous columns come back in
 the caller's scaled units.
 
-DP-SGD: every parameter sits in a layer with a ghost-clipping rule (:mod:`models.ghost_clipping`):
-the shared MADE's and the dequantizer's :class:`~models.made.MaskedLinear` layers (the shared ones
-used J times per sample, materialised), and :class:`~models.low_rank_linear.LowRankLinear` (the
+DP-SGD: every parameter sits in a layer with a ghost-clipping rule (:mod:`privehr.models.ghost_clipping`):
+the shared MADE's and the dequantizer's :class:`~privehr.models.made.MaskedLinear` layers (the shared ones
+used J times per sample, materialised), and :class:`~privehr.models.low_rank_linear.LowRankLinear` (the
 paper's eq. (4), with the log-det's own gradient). The top-level children are the "networks" of
-the paper's per-layer clipping split (:mod:`models.fine_grained_clipping`): ``conditioner`` (the
+the paper's per-layer clipping split (:mod:`privehr.models.fine_grained_clipping`): ``conditioner`` (the
 spline MADE), ``linears`` (the J linear flows) and, with variational dequantization, ``dequantizer``.
 No batch norm, no data-dependent initialisation: every block starts as the identity (zero MADE
 output layer, B = 0) and the untrained flow is N(0, I) on y.
@@ -55,11 +55,11 @@ import math
 import torch
 from torch import nn
 
-from models.conditional_made import ConditionalMADE
-from models.dequantization import (UniformDequantizer, VariationalDequantizer, discrete_to_flow,
+from privehr.models.conditional_made import ConditionalMADE
+from privehr.models.dequantization import (UniformDequantizer, VariationalDequantizer, discrete_to_flow,
                                    flow_to_discrete)
-from models.low_rank_linear import LowRankLinear
-from models.rq_spline import rational_quadratic_spline, spline_parameter_count
+from privehr.models.low_rank_linear import LowRankLinear
+from privehr.models.rq_spline import rational_quadratic_spline, spline_parameter_count
 
 __all__ = ["HFlow"]
 

@@ -89,4 +89,4 @@ def get_likelihood(name: str, **kwargs) -> Likelihood:
     return LIKELIHOODS[name](**kwargs)
 
 
-import models.repeated_measures  # noqa: E402,F401  (registers the built-in likelihoods)
+import privehr.models.repeated_measures  # noqa: E402,F401  (registers the built-in likelihoods)

@@ -23,7 +23,7 @@ gradient of sample i is not only the paper's eq. (4) but
 
 giving dl_i/dA = G_i (B x_i)^T + c_i d(log|det W|)/dA, dl_i/dB = A^T G_i x_i^T + c_i d(log|det W|)/dB,
 dl_i/dlog_s = s * (G_i . x_i) + c_i d(log|det W|)/dlog_s and dl_i/db = G_i (eq. (4) plus a term that is
-the same for every sample up to c_i). For ghost clipping (:mod:`models.ghost_clipping`: a layer's
+the same for every sample up to c_i). For ghost clipping (:mod:`privehr.models.ghost_clipping`: a layer's
 forward hook keeps its input, one backward gives dl/d(output)) both G_i and c_i must be outputs of
 the layer, so :meth:`LowRankLinear.forward` returns [z, log|det W|] as one (..., D + 1) tensor, the
 log-det repeated per row; :meth:`LowRankLinear.transform` splits it. The rule
@@ -42,7 +42,7 @@ import math
 import torch
 from torch import nn
 
-from models.ghost_clipping import Call, GhostRule, register_ghost_rule
+from privehr.models.ghost_clipping import Call, GhostRule, register_ghost_rule
 
 __all__ = ["LowRankLinear", "LowRankLinearRule"]
 

@@ -9,7 +9,7 @@ and log p(x) = log N(u_K; 0, I) + sum_k log|det_k|. Sampling inverts each block 
 time (D passes per block). No batch norm (it mixes samples and releases un-noised running
 statistics: seed 002's code); no data-initialised ActNorm: every parameter starts data-independent,
 so the whole model can be trained by DP-SGD with per-sample gradients (Opacus hooks, the rule for
-:class:`~models.made.MaskedLinear` in :mod:`models.grad_samplers`).
+:class:`~privehr.models.made.MaskedLinear` in :mod:`privehr.models.grad_samplers`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import math
 import torch
 from torch import nn
 
-from models.made import MADE
+from privehr.models.made import MADE
 
 __all__ = ["MAF"]
 

@@ -68,7 +68,7 @@ Randomness: every Gaussian draw and every exponential-mechanism choice comes fro
 ``numpy.random.Generator`` (in privehr, ``NoiseSource.secret().numpy_generator(...)``: OS entropy,
 never logged). Each Gaussian coordinate is the sum of four draws halved, after one discarded draw
 (Holohan and Braghin, ESORICS 2021, arXiv:2107.10138, Sect. 5.1), as
-:func:`models.randomness.gaussian_noise` does. ``mbi``'s sampler draws from numpy's global
+:func:`privehr.models.randomness.gaussian_noise` does. ``mbi``'s sampler draws from numpy's global
 generator; it is post-processing, and it runs here with that global generator temporarily seeded
 from the caller's generator (its previous state restored after), so a whole run is a function of
 the generator's state: equal seeds give equal releases, which a reproducible (not DP) noise source

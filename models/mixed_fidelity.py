@@ -2,9 +2,9 @@
 
 Seed 004: Lee, Kim, Jeong, Ro, "Differentially Private Normalizing Flows for Synthetic Tabular Data
 Generation" (AAAI 2022), sections "Marginal Distribution Comparison" (Fig. 3) and "Dependency Structure
-Comparison" (Table 1). :mod:`models.fidelity` holds the all-numeric metrics; this module adds what a
+Comparison" (Table 1). :mod:`privehr.models.fidelity` holds the all-numeric metrics; this module adds what a
 table of numeric, integer, binary, categorical and ordinal columns needs, and reuses
-:func:`models.fidelity.column_distances` for the KS statistic and the standardised 1-Wasserstein distance.
+:func:`privehr.models.fidelity.column_distances` for the KS statistic and the standardised 1-Wasserstein distance.
 
 Every column has a *kind* (``KINDS``); a column is compared either as *discrete* or as *continuous*:
 
@@ -35,7 +35,7 @@ Dependence: the Kendall tau-b matrices of the two tables (pandas, pairwise-compl
 column pairs i < j; RMSE = sqrt(mean (tau_real - tau_syn)^2) and MAE = mean |tau_real - tau_syn|, the two
 rows of seed 004's Table 1. A pair with a column that is constant (or has fewer than two shared rows)
 in one table has no defined tau there; it counts as tau = 0 (no measurable association), as
-:func:`models.fidelity.kendall_tau_rmse` does, so a constant column never produces NaN. Columns of
+:func:`privehr.models.fidelity.kendall_tau_rmse` does, so a constant column never produces NaN. Columns of
 strings enter by their category codes (order of ``categories[column]``, then any other values sorted
 as text); for a nominal column with more than two categories that tau depends on the code order, but
 the same codes serve both tables, so the distance still compares like with like.
@@ -55,7 +55,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
-from models.fidelity import column_distances
+from privehr.models.fidelity import column_distances
 
 __all__ = ["KINDS", "DISCRETE_KINDS", "INTEGER_LEVELS", "is_discrete", "invalid_mask", "total_variation",
            "mixed_column_distances", "kendall_tau_matrix", "kendall_tau_distance", "mixed_fidelity_summary"]

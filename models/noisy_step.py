@@ -1,7 +1,7 @@
 """The two halves of a DP-SGD step that privehr's own clipping paths share (ghost clipping of the classifiers and
 of DP-NF, DP-NF-VI's per-record gradients): a Poisson batch at the plan's rate, and the clipped sums turned into noised
 mean gradients, (sum_i clip(g_i) + N(0, sigma^2 C^2 I)) / (q n), with the floating-point-safe noise of
-:func:`models.randomness.gaussian_noise`; and the whole ghost-clipping step of DP-SGD and DP-NF (:func:`ghost_steps`).
+:func:`privehr.models.randomness.gaussian_noise`; and the whole ghost-clipping step of DP-SGD and DP-NF (:func:`ghost_steps`).
 Opacus does the same inside its optimizer for the other paths.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from models.fine_grained_clipping import CLIPPING_MODES, fine_grained_clipped_sum
-from models.ghost_clipping import clipped_gradient_sum
-from models.randomness import NoiseSource, gaussian_noise
-from models.release_plan import ReleasePlan
+from privehr.models.fine_grained_clipping import CLIPPING_MODES, fine_grained_clipped_sum
+from privehr.models.ghost_clipping import clipped_gradient_sum
+from privehr.models.randomness import NoiseSource, gaussian_noise
+from privehr.models.release_plan import ReleasePlan
 
 __all__ = ["poisson_indices", "poisson_batch", "set_noised_gradients", "ghost_steps"]
 
@@ -40,12 +40,12 @@ def set_noised_gradients(sums: dict[torch.nn.Parameter, torch.Tensor], plan: Rel
 
 def ghost_steps(model: torch.nn.Module, losses_fn, data: tuple[torch.Tensor, ...], optimizer: torch.optim.Optimizer,
                 plan: ReleasePlan, noise: NoiseSource, clipping: str = "flat", sparsity: float = 0.5):
-    """DP-SGD steps by ghost clipping (:mod:`models.ghost_clipping`), endlessly: a Poisson batch of the rows of
+    """DP-SGD steps by ghost clipping (:mod:`privehr.models.ghost_clipping`), endlessly: a Poisson batch of the rows of
     ``data`` (tensors of the plan's n rows), the clipped sum of the gradients of ``losses_fn(model, *batch)`` (one
     loss per row), N(0, sigma^2 C^2), one optimizer step; yields (mean loss, batch size) after each.
 
     ``clipping``: "flat" (one threshold C for the whole gradient) or a fine-grained mode of
-    :mod:`models.fine_grained_clipping` ("per_layer", "per_unit", "sparsified" with ``sparsity``, its gammas from
+    :mod:`privehr.models.fine_grained_clipping` ("per_layer", "per_unit", "sparsified" with ``sparsity``, its gammas from
     the release's "sparsify" stream); every mode bounds a sample's clipped gradient by C, so the noise and the
     accounting are the same."""
     if len(data[0]) != plan.n:

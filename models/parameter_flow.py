@@ -17,8 +17,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from models.planar_flow import PlanarFlow
-from models.sylvester_flow import SylvesterFlow
+from privehr.models.planar_flow import PlanarFlow
+from privehr.models.sylvester_flow import SylvesterFlow
 
 __all__ = ["ParameterFlow"]
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from models.dp_vi import posterior_summary
-from models.likelihood import Likelihood
+from privehr.models.dp_vi import posterior_summary
+from privehr.models.likelihood import Likelihood
 
 __all__ = ["ReferencePosterior", "reference_posterior"]
 

@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 
-from models.privacy_accounting import compose_history
+from privehr.models.privacy_accounting import compose_history
 
 __all__ = ["LedgerEntry", "LedgerTotal", "BudgetVerdict", "compose_entries", "check_budget", "MECHANISMS",
            "GUARANTEES", "STATUSES", "effective_entries", "dataset_id_of"]

@@ -1,13 +1,13 @@
 """The two routes to a private posterior compared by Su, Wang, Schiavazzi, Liu (2023, arXiv:2302.05787), Section 4.
 
 (a) **DP-NF-VI** (:func:`private_posterior`): a variational flow over the parameters trained on the records by
-    DP-SGD (:mod:`models.dp_vi`, Algorithm 2), the released flow then sampled (post-processing).
-(b) **VI on DP synthetic data** (:func:`synthetic_posterior`): a DP-NF density of the records (:mod:`models.dp_nf`,
+    DP-SGD (:mod:`privehr.models.dp_vi`, Algorithm 2), the released flow then sampled (post-processing).
+(b) **VI on DP synthetic data** (:func:`synthetic_posterior`): a DP-NF density of the records (:mod:`privehr.models.dp_nf`,
     Algorithm 1), ``datasets`` synthetic tables drawn from it, ordinary NF-VI on each (post-processing: no
     further privacy cost), and the posteriors pooled by concatenating equally many draws of each (the mixture of
     the per-table posteriors, as multiple imputation pools).
 
-Both return :func:`models.dp_vi.posterior_summary` dictionaries (posterior mean, SD, correlation) and the
+Both return :func:`privehr.models.dp_vi.posterior_summary` dictionaries (posterior mean, SD, correlation) and the
 release record of the one DP release they make. Pure math: no files, no Prefect.
 """
 
@@ -17,14 +17,14 @@ from dataclasses import dataclass
 
 import torch
 
-from models.classifiers import seeded_build  # initial weights: public, seeded under one lock across threads
-from models.dp_nf import DensityHyperparameters, DensityRelease, train_density
-from models.dp_vi import VIHyperparameters, VIRelease, posterior_summary, train_vi, untemper
-from models.likelihood import Likelihood
-from models.maf import MAF
-from models.randomness import NoiseSource
-from models.release_plan import ReleasePlan
-from models.variational_flow import VariationalFlow
+from privehr.models.classifiers import seeded_build  # initial weights: public, seeded under one lock across threads
+from privehr.models.dp_nf import DensityHyperparameters, DensityRelease, train_density
+from privehr.models.dp_vi import VIHyperparameters, VIRelease, posterior_summary, train_vi, untemper
+from privehr.models.likelihood import Likelihood
+from privehr.models.maf import MAF
+from privehr.models.randomness import NoiseSource
+from privehr.models.release_plan import ReleasePlan
+from privehr.models.variational_flow import VariationalFlow
 
 __all__ = ["FlowShape", "private_posterior", "synthetic_posterior", "PosteriorFit"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from models.hourly_profile import outlier_bounds
+from privehr.models.hourly_profile import outlier_bounds
 
 __all__ = ["QUARANTINE_COLUMNS", "records", "mask_beyond_bounds", "beyond_bounds", "missing_ids", "duplicate_keys",
            "duplicate_content", "outside_domain", "below", "outside_range", "empty_records", "combine", "tidy", "join_reasons"]

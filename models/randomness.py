@@ -81,7 +81,7 @@ class NoiseSource:
 
     @property
     def guarantee(self) -> str:
-        """The ledger's guarantee of a DP mechanism run on this source (``models.privacy_ledger.GUARANTEES``)."""
+        """The ledger's guarantee of a DP mechanism run on this source (``privehr.models.privacy_ledger.GUARANTEES``)."""
         return "dp" if self._key is None else "reproducible"
 
     @property

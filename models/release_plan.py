@@ -10,7 +10,7 @@ private records and the configuration alone:
 * the steps T (epochs * ceil(n / b) for DP-SGD; given for DP-NF), which the trainers take exactly;
 * the noise multiplier sigma, calibrated to a target epsilon (PRV and RDP both at or below it) or
   to a mu-GDP budget (sigma = 1 / sqrt(log(1 + (mu / q)^2 / T)));
-* delta, and epsilon from PRV (the claim), RDP and PLD (:mod:`models.privacy_accounting`).
+* delta, and epsilon from PRV (the claim), RDP and PLD (:mod:`privehr.models.privacy_accounting`).
 
 The budget check reserves the plan's spend in the ledger, the trainer reads sigma, q and T from it
 and checks that it took exactly T steps at rate q, and the ledger and the report print its epsilons:
@@ -27,9 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from models.gaussian_dp import gdp_epsilon, gdp_mu, sigma_for_mu
-from models.privacy_ledger import LedgerEntry
-from models.privacy_accounting import PrivacySpend, calibrate_noise_multiplier, check_target_epsilon, epsilon_spent
+from privehr.models.gaussian_dp import gdp_epsilon, gdp_mu, sigma_for_mu
+from privehr.models.privacy_ledger import LedgerEntry
+from privehr.models.privacy_accounting import PrivacySpend, calibrate_noise_multiplier, check_target_epsilon, epsilon_spent
 
 __all__ = ["ReleasePlan", "poisson_rate", "rate_batch"]
 

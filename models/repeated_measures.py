@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from models.likelihood import Likelihood, register_likelihood
+from privehr.models.likelihood import Likelihood, register_likelihood
 
 __all__ = ["NonlinearRepeatedMeasures", "simulate_repeated_measures", "TRUE_BETA", "DESIGN_RANGES"]
 

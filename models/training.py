@@ -1,6 +1,6 @@
 """Non-private minibatch training of a binary classifier.
 
-Minimises the mean loss (BCE or l2, :mod:`models.losses`) with AdamW (decoupled weight decay).
+Minimises the mean loss (BCE or l2, :mod:`privehr.models.losses`) with AdamW (decoupled weight decay).
 With dev data it keeps the parameters of the epoch with the best dev score and stops after
 ``patience`` epochs without improvement; the score is the dev AUROC (``early_stopping="auroc"``) or
 minus the dev loss, the training loss on the dev rows (``"loss"``, a proper scoring rule over every
@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.losses import binary_loss
-from models.metrics import binary_metrics
+from privehr.models.losses import binary_loss
+from privehr.models.metrics import binary_metrics
 
 __all__ = ["TrainingHyperparameters", "TrainingResult", "fit_binary_classifier", "predict_proba", "Inputs"]
 

@@ -16,7 +16,7 @@ for AUROC and AP, no Platt scaling) and AdaBoost (50 stumps). Every builder take
 Models in ``NEEDS_SCALING`` (logistic regression, MLP, kNN, SVM) see standardised inputs (mean and SD of
 the training rows); the others see raw inputs.
 
-Design matrix, from the feature kinds (those of :mod:`models.mixed_fidelity`): numeric, integer and binary
+Design matrix, from the feature kinds (those of :mod:`privehr.models.mixed_fidelity`): numeric, integer and binary
 columns stored as numbers enter as they are (a synthetic 0.37 in a binary column stays 0.37);
 categorical columns, and binary or ordinal columns of strings, are one-hot encoded over
 ``categories[column]`` when given, else over the values of the *training* rows, so a test value the

@@ -2,7 +2,7 @@
 
 The flow of Su, Wang, Schiavazzi, Liu (2023, arXiv:2302.05787), Section 4.2, is "a MAF with one MADE (1 hidden
 layer with 10 neurons) and one batch norm layer". In the VI direction a draw and its density are needed together,
-so each MADE (:class:`models.made.MADE`, the MAF's block) is applied the way an inverse autoregressive flow uses it
+so each MADE (:class:`privehr.models.made.MADE`, the MAF's block) is applied the way an inverse autoregressive flow uses it
 (Kingma, Salimans, Jozefowicz, Chen, Sutskever, Welling, "Improved Variational Inference with Inverse
 Autoregressive Flow", NeurIPS 2016, arXiv:1606.04934):
 
@@ -27,7 +27,7 @@ import math
 import torch
 from torch import nn
 
-from models.made import MADE
+from privehr.models.made import MADE
 
 __all__ = ["VariationalFlow"]
 

@@ -22,22 +22,22 @@ import torch  # noqa: E402
 from prefect import task  # noqa: E402
 from prefect.artifacts import create_table_artifact  # noqa: E402
 
-from models.classifiers import build_classifier, classifier_inputs  # noqa: E402
-from models.dp_sgd import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
-from models.randomness import NoiseSource  # noqa: E402
-from models.release_plan import ReleasePlan  # noqa: E402
-from models.lira import leave_one_out, logit_confidence, shadow_membership  # noqa: E402
-from models.privacy_ledger import LedgerEntry  # noqa: E402
-from models.one_run_audit import audit_scores  # noqa: E402
-from models.training import TrainingHyperparameters, fit_binary_classifier  # noqa: E402
-from privehr.config import AuditConfig, PipelineConfig  # noqa: E402
-from privehr.errors import InputError  # noqa: E402
-from tasks.features import load_split  # noqa: E402
-from tasks.privacy_ledger import Ledger, record_release, reserve  # noqa: E402
-from tasks.progress import progress_artifact  # noqa: E402
-from tasks.release_budget import pipeline_dataset_id  # noqa: E402
-from tasks.run_directory import INTERMEDIATE, ledger_run  # noqa: E402
-from tasks.run_logging import in_prefect_run, run_logger  # noqa: E402
+from privehr.models.classifiers import build_classifier, classifier_inputs  # noqa: E402
+from privehr.models.dp_sgd import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
+from privehr.models.randomness import NoiseSource  # noqa: E402
+from privehr.models.release_plan import ReleasePlan  # noqa: E402
+from privehr.models.lira import leave_one_out, logit_confidence, shadow_membership  # noqa: E402
+from privehr.models.privacy_ledger import LedgerEntry  # noqa: E402
+from privehr.models.one_run_audit import audit_scores  # noqa: E402
+from privehr.models.training import TrainingHyperparameters, fit_binary_classifier  # noqa: E402
+from privehr.core.config import AuditConfig, PipelineConfig  # noqa: E402
+from privehr.core.errors import InputError  # noqa: E402
+from privehr.tasks.features import load_split  # noqa: E402
+from privehr.io.privacy_ledger import Ledger, record_release, reserve  # noqa: E402
+from privehr.tasks.progress import progress_artifact  # noqa: E402
+from privehr.tasks.release_budget import pipeline_dataset_id  # noqa: E402
+from privehr.tasks.run_directory import INTERMEDIATE, ledger_run  # noqa: E402
+from privehr.tasks.run_logging import in_prefect_run, run_logger  # noqa: E402
 
 __all__ = ["plan_audit", "train_shadow", "evaluate_attacks"]
 

@@ -9,14 +9,14 @@ import numpy as np
 import pandas as pd
 from prefect import task
 
-from models.cohort import select_cohort
-from models.quarantine import mask_beyond_bounds
-from privehr.errors import InputError
-from privehr.specs import load_mimic_spec
-from tasks.mimic_extract import read_patients, read_window
-from tasks.run_directory import INTERMEDIATE
-from tasks.run_logging import run_logger
-from tasks.validation import EXCLUDED_STAYS
+from privehr.models.cohort import select_cohort
+from privehr.models.quarantine import mask_beyond_bounds
+from privehr.core.errors import InputError
+from privehr.core.specs import load_mimic_spec
+from privehr.io.mimic_extract import read_patients, read_window
+from privehr.tasks.run_directory import INTERMEDIATE
+from privehr.tasks.run_logging import run_logger
+from privehr.io.validation import EXCLUDED_STAYS
 
 __all__ = ["build_cohort", "load_cohort"]
 

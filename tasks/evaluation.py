@@ -29,14 +29,14 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from models.bootstrap import (percentile_interval, stratified_counts, weighted_auprc, weighted_auroc,
+from privehr.models.bootstrap import (percentile_interval, stratified_counts, weighted_auprc, weighted_auroc,
                               weighted_brier)
-from models.calibration import calibration
-from models.cohort import DEMOGRAPHICS, LABELS
-from models.subgroups import large_enough, subgroups
-from privehr.config import Cell, EvaluationConfig
-from tasks.features import load_split
-from tasks.run_directory import INTERMEDIATE
+from privehr.models.calibration import calibration
+from privehr.models.cohort import DEMOGRAPHICS, LABELS
+from privehr.models.subgroups import large_enough, subgroups
+from privehr.core.config import Cell, EvaluationConfig
+from privehr.tasks.features import load_split
+from privehr.tasks.run_directory import INTERMEDIATE
 
 __all__ = ["predictions_path", "save_predictions", "evaluate_cells", "CellKey", "TestEvaluation", "cell_key",
            "key_cell", "baseline_key", "calibration_bins"]

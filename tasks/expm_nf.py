@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.batched_utility import BatchedUtility
-from models.classifiers import build_classifier
-from models.expm_nf import (ExpMNFHyperparameters, draw_probabilities, draw_utilities, fit_gap, map_index,
+from privehr.models.batched_utility import BatchedUtility
+from privehr.models.classifiers import build_classifier
+from privehr.models.expm_nf import (ExpMNFHyperparameters, draw_probabilities, draw_utilities, fit_gap, map_index,
                             posterior_predictive, sample_parameters, train_expm_nf)
-from models.metrics import binary_metrics
-from privehr.config import Cell, TrainingConfig
-from tasks.progress import progress_artifact
+from privehr.models.metrics import binary_metrics
+from privehr.core.config import Cell, TrainingConfig
+from privehr.tasks.progress import progress_artifact
 
 __all__ = ["default_expm_hyperparameters", "fit_expm_nf"]
 

@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 from prefect import task
 
-from models.cohort import LABELS
-from models.hourly_features import HourlyFeaturizer
-from models.patient_split import SPLITS
-from privehr.errors import InputError
-from tasks.cohort import load_cohort
-from tasks.run_directory import INTERMEDIATE
-from tasks.run_logging import run_logger
-from tasks.split import load_manifest
+from privehr.models.cohort import LABELS
+from privehr.models.hourly_features import HourlyFeaturizer
+from privehr.models.patient_split import SPLITS
+from privehr.core.errors import InputError
+from privehr.tasks.cohort import load_cohort
+from privehr.tasks.run_directory import INTERMEDIATE
+from privehr.tasks.run_logging import run_logger
+from privehr.tasks.split import load_manifest
 
 __all__ = ["build_features", "load_split"]
 

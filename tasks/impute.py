@@ -15,15 +15,15 @@ import numpy as np
 import pandas as pd
 from prefect import task
 
-from models.derived_columns import add_derived
-from models.mice import multiple_imputation
-from models.patient_split import split_subjects
-from models.rubins_rules import pool
-from privehr.config import EHRPrepareConfig
-from privehr.specs import load_ehr_spec
-from tasks.ehr_table import check_derived_sources, drop_by_missingness, read_ehr_table
-from tasks.run_directory import INTERMEDIATE
-from tasks.run_logging import run_logger
+from privehr.models.derived_columns import add_derived
+from privehr.models.mice import multiple_imputation
+from privehr.models.patient_split import split_subjects
+from privehr.models.rubins_rules import pool
+from privehr.core.config import EHRPrepareConfig
+from privehr.core.specs import load_ehr_spec
+from privehr.io.ehr_table import check_derived_sources, drop_by_missingness, read_ehr_table
+from privehr.tasks.run_directory import INTERMEDIATE
+from privehr.tasks.run_logging import run_logger
 
 __all__ = ["impute_ehr"]
 

@@ -21,11 +21,11 @@ import numpy as np  # noqa: E402
 from prefect import task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
-from models.run_summary import summarise_runs  # noqa: E402
-from privehr.inference_config import InferenceConfig  # noqa: E402
-from privehr.strict_json import strict_dumps  # noqa: E402
-from tasks.private_inference import EXACT_KEY, inference_likelihood  # noqa: E402
-from tasks.run_logging import in_prefect_run  # noqa: E402
+from privehr.models.run_summary import summarise_runs  # noqa: E402
+from privehr.core.inference_config import InferenceConfig  # noqa: E402
+from privehr.core.strict_json import strict_dumps  # noqa: E402
+from privehr.tasks.private_inference import EXACT_KEY, inference_likelihood  # noqa: E402
+from privehr.tasks.run_logging import in_prefect_run  # noqa: E402
 
 __all__ = ["write_inference_report", "inference_columns", "route_table", "format_cell", "versus_exact"]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from prefect import task
 
-from tasks.mimic_extract import inspect_extract, sha256_file
-from tasks.run_logging import run_logger
+from privehr.io.mimic_extract import inspect_extract, sha256_file
+from privehr.tasks.run_logging import run_logger
 
 __all__ = ["ingest_extract"]
 

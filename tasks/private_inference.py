@@ -18,24 +18,24 @@ import pandas as pd
 import torch
 from prefect import task
 
-from models.device import resolve_device
-from models.dp_vi import VIHyperparameters
-from models.likelihood import Likelihood, get_likelihood
-from models.posterior_reference import reference_posterior
-from models.privacy_ledger import LedgerEntry, dataset_id_of
-from models.private_inference import FlowShape, private_posterior, synthetic_posterior
-from models.randomness import NoiseSource, public_seed
-from models.release_plan import ReleasePlan, rate_batch
-from privehr.config import DPNFConfig
-from privehr.errors import InputError
-from privehr.inference_config import InferenceConfig, VIConfig
-from privehr.strict_json import strict_dumps
-from tasks.compute import share_cores
-from tasks.privacy_ledger import Ledger, record_release
-from tasks.release_budget import check_delta, reserve_planned
-from tasks.run_directory import INTERMEDIATE
-from tasks.run_logging import run_logger
-from tasks.synthesis import density_hyperparameters
+from privehr.models.device import resolve_device
+from privehr.models.dp_vi import VIHyperparameters
+from privehr.models.likelihood import Likelihood, get_likelihood
+from privehr.models.posterior_reference import reference_posterior
+from privehr.models.privacy_ledger import LedgerEntry, dataset_id_of
+from privehr.models.private_inference import FlowShape, private_posterior, synthetic_posterior
+from privehr.models.randomness import NoiseSource, public_seed
+from privehr.models.release_plan import ReleasePlan, rate_batch
+from privehr.core.config import DPNFConfig
+from privehr.core.errors import InputError
+from privehr.core.inference_config import InferenceConfig, VIConfig
+from privehr.core.strict_json import strict_dumps
+from privehr.tasks.compute import share_cores
+from privehr.io.privacy_ledger import Ledger, record_release
+from privehr.tasks.release_budget import check_delta, reserve_planned
+from privehr.tasks.run_directory import INTERMEDIATE
+from privehr.tasks.run_logging import run_logger
+from privehr.tasks.synthesis import density_hyperparameters
 
 __all__ = ["inference_likelihood", "prepare_records", "check_inference_budget", "exact_posterior", "fit_posterior",
            "vi_hyperparameters", "mu_plan", "POSTERIORS", "EXACT_KEY",

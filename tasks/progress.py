@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from tasks.run_logging import in_prefect_run
+from privehr.tasks.run_logging import in_prefect_run
 
 __all__ = ["progress_artifact"]
 

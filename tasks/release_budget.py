@@ -19,17 +19,17 @@ from pathlib import Path
 
 from prefect import task
 
-from models.privacy_ledger import GUARANTEES, LedgerEntry, dataset_id_of
-from privehr.config import Cell, PipelineConfig, SynthesisConfig
-from privehr.errors import InputError
-from privehr.specs import load_ehr_spec
-from privehr.strict_json import strict_dumps
-from tasks.privacy_ledger import BudgetExceeded, Ledger, reserve
-from tasks.run_directory import ledger_run
-from tasks.run_logging import run_logger
-from tasks.mimic_extract import read_patients
-from tasks.synthesis import COUNT_KEY, imputed_tables, needs_noisy_count, planned_entry
-from tasks.train import (default_hyperparameters, dp_sgd_plan, fit_key, guarantee, saved_fit, saved_search,
+from privehr.models.privacy_ledger import GUARANTEES, LedgerEntry, dataset_id_of
+from privehr.core.config import Cell, PipelineConfig, SynthesisConfig
+from privehr.core.errors import InputError
+from privehr.core.specs import load_ehr_spec
+from privehr.core.strict_json import strict_dumps
+from privehr.io.privacy_ledger import BudgetExceeded, Ledger, reserve
+from privehr.tasks.run_directory import ledger_run
+from privehr.tasks.run_logging import run_logger
+from privehr.io.mimic_extract import read_patients
+from privehr.tasks.synthesis import COUNT_KEY, imputed_tables, needs_noisy_count, planned_entry
+from privehr.tasks.train import (default_hyperparameters, dp_sgd_plan, fit_key, guarantee, saved_fit, saved_search,
                          search_configurations, trial_key)
 
 __all__ = ["check_privacy_budget", "check_synthesis_budget", "pipeline_dataset_id", "synthesis_dataset_id",
@@ -104,7 +104,7 @@ def _entry(cell: Cell, config: PipelineConfig, plan, what: str) -> LedgerEntry:
 def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig) -> dict[str, str]:
     """Reserve every release of the grid (search trials included); raise if the budget would be exceeded.
 
-    Returns reservation ids by :func:`tasks.train.fit_key` / :func:`tasks.train.trial_key`."""
+    Returns reservation ids by :func:`privehr.tasks.train.fit_key` / :func:`privehr.tasks.train.trial_key`."""
     training, privacy = config.training, config.privacy
     counts = json.loads((Path(run_dir) / "split_summary.json").read_text())["counts"]
     n_train, n_fit = counts["train"]["stays"], counts["train"]["stays"] + counts["dev"]["stays"]

@@ -11,19 +11,19 @@ import pandas as pd
 from prefect import task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
-from models.dp_utility_checks import check_dp_sgd_curves
-from models.result_summary import summarise_runs
-from models.privacy_ledger import compose_entries
-from privehr.config import Cell, EvaluationConfig, PagesConfig, PrivacyConfig
-from tasks.evaluation import TestEvaluation, calibration_bins, cell_key, evaluate_cells
-from tasks.figures import plot_auroc_vs_epsilon, plot_expm_boxplots, plot_reliability, plot_subgroup_cost
-from privehr.strict_json import strict_dumps, strict_json
-from tasks.pages import page_url
-from tasks.privacy_ledger import read_ledger, short_dataset
-from tasks.report_html import inline_figures, write_report_html
-from tasks.run_logging import in_prefect_run
-from tasks.stage_timing import timing_table
-from tasks.synthesis_report import raw_accuracy
+from privehr.models.dp_utility_checks import check_dp_sgd_curves
+from privehr.models.result_summary import summarise_runs
+from privehr.models.privacy_ledger import compose_entries
+from privehr.core.config import Cell, EvaluationConfig, PagesConfig, PrivacyConfig
+from privehr.tasks.evaluation import TestEvaluation, calibration_bins, cell_key, evaluate_cells
+from privehr.io.figures import plot_auroc_vs_epsilon, plot_expm_boxplots, plot_reliability, plot_subgroup_cost
+from privehr.core.strict_json import strict_dumps, strict_json
+from privehr.io.pages import page_url
+from privehr.io.privacy_ledger import read_ledger, short_dataset
+from privehr.io.report_html import inline_figures, write_report_html
+from privehr.tasks.run_logging import in_prefect_run
+from privehr.tasks.stage_timing import timing_table
+from privehr.tasks.synthesis_report import raw_accuracy
 
 __all__ = ["write_report", "results_table", "curve_check_lines", "evaluation_lines"]
 

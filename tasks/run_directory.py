@@ -16,10 +16,10 @@ from pathlib import Path
 from prefect import task
 from pydantic import BaseModel
 
-from privehr.config import PipelineConfig
-from privehr.errors import InputError
-from tasks.privacy_ledger import Ledger
-from tasks.run_logging import run_logger
+from privehr.core.config import PipelineConfig
+from privehr.core.errors import InputError
+from privehr.io.privacy_ledger import Ledger
+from privehr.tasks.run_logging import run_logger
 
 __all__ = ["create_run_directory", "new_run_id", "INTERMEDIATE", "run_lock", "ledger_run"]
 

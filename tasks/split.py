@@ -10,13 +10,13 @@ from pathlib import Path
 import pandas as pd
 from prefect import task
 
-from models.cohort import LABELS
-from models.patient_split import SPLITS, split_subjects
-from privehr.config import SplitConfig
-from privehr.errors import InputError
-from tasks.cohort import load_cohort
-from tasks.run_directory import INTERMEDIATE
-from tasks.run_logging import run_logger
+from privehr.models.cohort import LABELS
+from privehr.models.patient_split import SPLITS, split_subjects
+from privehr.core.config import SplitConfig
+from privehr.core.errors import InputError
+from privehr.tasks.cohort import load_cohort
+from privehr.tasks.run_directory import INTERMEDIATE
+from privehr.tasks.run_logging import run_logger
 
 __all__ = ["split_cohort", "load_manifest", "check_labels", "SPLIT_SUMMARY"]
 

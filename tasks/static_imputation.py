@@ -15,15 +15,15 @@ import numpy as np
 import pandas as pd
 from prefect import task
 
-from models.mice import multiple_imputation
-from models.static_table import static_table
-from privehr.config import StaticImputationConfig
-from privehr.specs import load_mimic_spec
-from tasks.cohort import load_cohort
-from tasks.mimic_extract import read_patients
-from tasks.run_directory import INTERMEDIATE
-from tasks.run_logging import run_logger
-from tasks.split import load_manifest
+from privehr.models.mice import multiple_imputation
+from privehr.models.static_table import static_table
+from privehr.core.config import StaticImputationConfig
+from privehr.core.specs import load_mimic_spec
+from privehr.tasks.cohort import load_cohort
+from privehr.io.mimic_extract import read_patients
+from privehr.tasks.run_directory import INTERMEDIATE
+from privehr.tasks.run_logging import run_logger
+from privehr.tasks.split import load_manifest
 
 __all__ = ["impute_static_table"]
 

@@ -24,28 +24,28 @@ import pandas as pd
 import torch
 from prefect import task
 
-from models.classifiers import seeded_build
-from models.derived_columns import add_derived
-from models.device import resolve_device
-from models.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density
-from models.column_codec import TableCodec
-from models.hflow import HFlow
-from models.maf import MAF
-from models.marginal_synthesis import marginal_available, synthesize_marginal
-from models.noisy_count import noisy_count
-from models.privacy_ledger import GUARANTEES, LedgerEntry
-from models.randomness import NoiseSource, public_seed
-from models.release_plan import ReleasePlan, rate_batch
-from models.table_scaling import AffineScaling
-from privehr.config import MARGINAL_SYNTHESIZERS, Budget, DPNFConfig, HFlowConfig, SynthesisConfig
-from privehr.errors import InputError
-from privehr.specs import check_targets, load_ehr_spec
-from tasks.compute import share_cores
-from privehr.strict_json import strict_dumps
-from tasks.privacy_ledger import record_release
-from tasks.progress import progress_artifact
-from tasks.run_directory import INTERMEDIATE
-from tasks.run_logging import run_logger
+from privehr.models.classifiers import seeded_build
+from privehr.models.derived_columns import add_derived
+from privehr.models.device import resolve_device
+from privehr.models.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density
+from privehr.models.column_codec import TableCodec
+from privehr.models.hflow import HFlow
+from privehr.models.maf import MAF
+from privehr.models.marginal_synthesis import marginal_available, synthesize_marginal
+from privehr.models.noisy_count import noisy_count
+from privehr.models.privacy_ledger import GUARANTEES, LedgerEntry
+from privehr.models.randomness import NoiseSource, public_seed
+from privehr.models.release_plan import ReleasePlan, rate_batch
+from privehr.models.table_scaling import AffineScaling
+from privehr.core.config import MARGINAL_SYNTHESIZERS, Budget, DPNFConfig, HFlowConfig, SynthesisConfig
+from privehr.core.errors import InputError
+from privehr.core.specs import check_targets, load_ehr_spec
+from privehr.tasks.compute import share_cores
+from privehr.core.strict_json import strict_dumps
+from privehr.io.privacy_ledger import record_release
+from privehr.tasks.progress import progress_artifact
+from privehr.tasks.run_directory import INTERMEDIATE
+from privehr.tasks.run_logging import run_logger
 
 __all__ = ["synthesize", "imputed_tables", "release_patient_count", "density_hyperparameters",
            "synthetic_rows", "COUNT_KEY", "needs_noisy_count", "check_synthesis_inputs", "job_plan", "planned_entry",

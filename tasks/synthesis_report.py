@@ -15,12 +15,12 @@ import pandas as pd
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from privehr.specs import load_ehr_spec
-from models.column_codec import TableCodec
-from tasks.figures import marginal_histograms, plot_synthesis_utility
-from tasks.run_directory import INTERMEDIATE
-from tasks.run_logging import in_prefect_run, run_logger
-from tasks.synthesis import imputed_tables
+from privehr.core.specs import load_ehr_spec
+from privehr.models.column_codec import TableCodec
+from privehr.io.figures import marginal_histograms, plot_synthesis_utility
+from privehr.tasks.run_directory import INTERMEDIATE
+from privehr.tasks.run_logging import in_prefect_run, run_logger
+from privehr.tasks.synthesis import imputed_tables
 
 __all__ = ["write_synthesis_report", "seed002_table", "synthesis_results", "raw_accuracy"]
 

@@ -11,8 +11,8 @@ For the tables of imputation i, against imputation i's real patients (Only aggre
   for Density Estimation, Data Synthesis, and Variational Inference with Application to Electronic Health
   Records", 2023). The train-on-real baseline fits the same models on the real training patients;
 * fidelity to the real *training* patients: per-column KS / Wasserstein and Kendall-tau RMSE, detection AUROC
-  and DCR (:mod:`models.fidelity`, the holdout being the test patients), and the mixed-type view of seed 004
-  (:mod:`models.mixed_fidelity`): TV distance of discrete columns, Kendall-tau RMSE and MAE, and the share of
+  and DCR (:mod:`privehr.models.fidelity`, the holdout being the test patients), and the mixed-type view of seed 004
+  (:mod:`privehr.models.mixed_fidelity`): TV distance of discrete columns, Kendall-tau RMSE and MAE, and the share of
   synthetic values that are no valid value of their column (a binary column emitted as 0.37).
 
 A table decoded to the spec (``-truncated.csv``: categories as the spec names them) is read back into codes.
@@ -27,15 +27,15 @@ import numpy as np
 import pandas as pd
 from prefect import task
 
-from models.column_codec import TableCodec
-from models.fidelity import fidelity_summary
-from models.mixed_fidelity import mixed_fidelity_summary
-from models.synthetic_utility import random_forest_mse, svm_accuracy
-from models.tstr_panel import tstr, tstr_summary
-from privehr.config import SynthesisConfig
-from privehr.specs import load_ehr_spec
-from tasks.compute import share_cores
-from tasks.synthesis import imputed_tables
+from privehr.models.column_codec import TableCodec
+from privehr.models.fidelity import fidelity_summary
+from privehr.models.mixed_fidelity import mixed_fidelity_summary
+from privehr.models.synthetic_utility import random_forest_mse, svm_accuracy
+from privehr.models.tstr_panel import tstr, tstr_summary
+from privehr.core.config import SynthesisConfig
+from privehr.core.specs import load_ehr_spec
+from privehr.tasks.compute import share_cores
+from privehr.tasks.synthesis import imputed_tables
 
 __all__ = ["evaluate_release", "evaluate_original"]
 

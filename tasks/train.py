@@ -5,9 +5,9 @@ dev and record the best epoch). Final fits: the chosen configuration on train+de
 test (seed 000, Appendix D). Every task writes its files into the run directory and returns only
 aggregate numbers.
 
-Privacy: a DP-SGD fit (final or search trial) trains by its :class:`~models.release_plan.ReleasePlan`
+Privacy: a DP-SGD fit (final or search trial) trains by its :class:`~privehr.models.release_plan.ReleasePlan`
 (the one the budget check reserved) with noise from ``NoiseSource.for_release``, and enters the ledger as
-soon as it is trained, before its model is written anywhere (:func:`tasks.privacy_ledger.record_release`);
+soon as it is trained, before its model is written anywhere (:func:`privehr.io.privacy_ledger.record_release`);
 non-private and ExpM+NF fits enter it the same way, as releases without a DP guarantee.
 """
 
@@ -22,24 +22,24 @@ import numpy as np
 import torch
 from prefect import task
 
-from models.classifiers import build_classifier, classifier_inputs
-from models.device import resolve_device
-from models.dp_sgd import DPSGDHyperparameters, train_dp_sgd
-from models.hyperparameter_search import SEARCH_SPACES, sample_configurations
-from models.metrics import binary_metrics
-from models.privacy_ledger import GUARANTEES, LedgerEntry
-from models.randomness import NoiseSource
-from models.release_plan import ReleasePlan
-from models.training import TrainingHyperparameters, fit_binary_classifier, predict_proba
-from privehr.config import Cell, PrivacyConfig, TrainingConfig
-from tasks.compute import share_cores
-from tasks.expm_nf import default_expm_hyperparameters, fit_expm_nf
-from tasks.evaluation import save_predictions
-from tasks.features import load_split
-from privehr.strict_json import strict_dumps, strict_json
-from tasks.privacy_ledger import record_release
-from tasks.progress import progress_artifact
-from tasks.run_logging import run_logger
+from privehr.models.classifiers import build_classifier, classifier_inputs
+from privehr.models.device import resolve_device
+from privehr.models.dp_sgd import DPSGDHyperparameters, train_dp_sgd
+from privehr.models.hyperparameter_search import SEARCH_SPACES, sample_configurations
+from privehr.models.metrics import binary_metrics
+from privehr.models.privacy_ledger import GUARANTEES, LedgerEntry
+from privehr.models.randomness import NoiseSource
+from privehr.models.release_plan import ReleasePlan
+from privehr.models.training import TrainingHyperparameters, fit_binary_classifier, predict_proba
+from privehr.core.config import Cell, PrivacyConfig, TrainingConfig
+from privehr.tasks.compute import share_cores
+from privehr.tasks.expm_nf import default_expm_hyperparameters, fit_expm_nf
+from privehr.tasks.evaluation import save_predictions
+from privehr.tasks.features import load_split
+from privehr.core.strict_json import strict_dumps, strict_json
+from privehr.io.privacy_ledger import record_release
+from privehr.tasks.progress import progress_artifact
+from privehr.tasks.run_logging import run_logger
 
 __all__ = ["search_hyperparameters", "fit_and_evaluate", "default_hyperparameters", "dp_sgd_plan", "guarantee",
            "search_configurations", "saved_search", "saved_fit", "fit_key", "trial_key"]

@@ -11,10 +11,10 @@ from pathlib import Path
 from prefect import task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
-from privehr.specs import load_ehr_spec, load_mimic_spec
-from tasks.pages import page_url
-from tasks.run_logging import in_prefect_run, run_logger
-from tasks.validation import ValidationFailed, failure_message, output_dirs, validate_ehr, validate_extract
+from privehr.core.specs import load_ehr_spec, load_mimic_spec
+from privehr.io.pages import page_url
+from privehr.tasks.run_logging import in_prefect_run, run_logger
+from privehr.io.validation import ValidationFailed, failure_message, output_dirs, validate_ehr, validate_extract
 
 __all__ = ["validate_delivery", "summary_markdown", "is_hdf5"]
 

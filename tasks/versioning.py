@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prefect import task
 
-from tasks.run_logging import run_logger
+from privehr.tasks.run_logging import run_logger
 
 __all__ = ["version_run", "pull_inputs"]
 

@@ -38,7 +38,7 @@ def harrod() -> Path:
 @pytest.fixture(scope="session")
 def small_extract(tmp_path_factory) -> Path:
     """A simulated all_hourly_data.h5 of 300 stays in the exact MIMIC-Extract layout."""
-    from tasks.demo_data import write_demo_mimic
+    from privehr.io.demo_data import write_demo_mimic
 
     path = tmp_path_factory.mktemp("extract") / "all_hourly_data.h5"
     write_demo_mimic(path, n_stays=300, seed=3)

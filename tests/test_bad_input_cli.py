@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.severity_simulator import simulate_extract
+from privehr.simulate.severity_simulator import simulate_extract
 from privehr.resources import mimic_extract_variables
-from tasks.demo_data import write_demo_ehr, write_extract
+from privehr.io.demo_data import write_demo_ehr, write_extract
 
 CANARY_SUBJECT = 86420975
 CANARY_VALUE = "173.2468"  # a heart rate no simulator draws

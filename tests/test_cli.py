@@ -51,9 +51,9 @@ def test_config_json_applies_overrides(tmp_path, capsys):
 
 
 def test_privacy_ledger_command_shows_not_dp_and_the_dp_only_total_in_strict_json(tmp_path, capsys):
-    from models.privacy_accounting import epsilon_spent
-    from models.privacy_ledger import LedgerEntry
-    from tasks.privacy_ledger import Ledger
+    from privehr.models.privacy_accounting import epsilon_spent
+    from privehr.models.privacy_ledger import LedgerEntry
+    from privehr.io.privacy_ledger import Ledger
 
     ledger = tmp_path / "ledger.jsonl"
     sgd = epsilon_spent(1.0, 0.05, 200, 1e-5)
@@ -120,7 +120,7 @@ def test_input_error_log_records_lose_their_traceback_unless_debug(capsys):
     import logging
 
     from privehr.cli import _input_errors_without_tracebacks
-    from privehr.errors import InputError
+    from privehr.core.errors import InputError
 
     def record():
         try:
@@ -178,7 +178,7 @@ def test_serve_names_a_missing_artifacts_directory_and_a_busy_port(tmp_path, cap
 def test_every_profile_survives_its_own_config_json():
     """A run's config.json is read back by --resume and by privehr audit: the demo profile (with its synthesis
     subflow) once could not be, because every field of synthesis.privacy is set in the saved JSON."""
-    from privehr.config import PROFILES, PipelineConfig, load_config
+    from privehr.core.config import PROFILES, PipelineConfig, load_config
 
     for profile in PROFILES:
         config = load_config(None, profile)
@@ -192,7 +192,7 @@ def test_every_profile_survives_its_own_config_json():
 def test_grud_expm_nf_cells_are_in_the_full_profile_only():
     """At demo scale GRU-D's ExpM+NF flow stayed at one point (the same AUROC at every eps~): the demo grid leaves
     those cells out, the full profile (300 steps, 16 draws) keeps them, and expm_nf.models selects them."""
-    from privehr.config import load_config
+    from privehr.core.config import load_config
 
     def expm_models(config):
         return {c.model for c in config.training.cells(config.labels) if c.method == "expm_nf"}
@@ -205,8 +205,8 @@ def test_grud_expm_nf_cells_are_in_the_full_profile_only():
 
 
 def test_the_ledger_follows_artifacts_dir_unless_it_is_set():
-    from privehr.config import PipelineConfig, SynthesisConfig
-    from privehr.inference_config import InferenceConfig
+    from privehr.core.config import PipelineConfig, SynthesisConfig
+    from privehr.core.inference_config import InferenceConfig
 
     for config_type in (SynthesisConfig, PipelineConfig, InferenceConfig):
         assert config_type(artifacts_dir="/elsewhere").privacy.ledger_path == Path("/elsewhere/privacy_ledger.jsonl")

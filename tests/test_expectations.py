@@ -6,8 +6,8 @@ from pathlib import Path
 
 import great_expectations as gx
 
-from privehr.specs import SPEC_DIR, load_ehr_spec, load_mimic_spec
-from tasks.expectation_suites import EXPECTATIONS_DIR, ehr_suite, mimic_suites, write_suites
+from privehr.core.specs import SPEC_DIR, load_ehr_spec, load_mimic_spec
+from privehr.io.expectation_suites import EXPECTATIONS_DIR, ehr_suite, mimic_suites, write_suites
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from privehr.watchdog import _alive, descendants
+from privehr.cli.watchdog import _alive, descendants
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="the watchdog reads /proc (Linux)")
 
@@ -45,7 +45,7 @@ def test_sigkill_of_privehr_run_mid_grid_leaves_no_uvicorn_and_no_privehr_proces
         assert budget.exists(), "the run did not reach its fits in time"
         time.sleep(2)
         seen |= descendants(proc.pid)
-        assert any("uvicorn" in _cmdline(p) for p in seen) and any("privehr.watchdog" in _cmdline(p) for p in seen)
+        assert any("uvicorn" in _cmdline(p) for p in seen) and any("privehr.cli.watchdog" in _cmdline(p) for p in seen)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         deadline = time.monotonic() + 30

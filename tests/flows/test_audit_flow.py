@@ -3,16 +3,16 @@
 import json
 from pathlib import Path
 
-from flows.audit import audit
-from privehr.config import AuditConfig, PipelineConfig, SplitConfig
-from tasks.cohort import build_cohort
-from tasks.features import build_features
-from tasks.run_directory import create_run_directory
-from tasks.split import split_cohort
+from privehr.flows.audit import audit
+from privehr.core.config import AuditConfig, PipelineConfig, SplitConfig
+from privehr.tasks.cohort import build_cohort
+from privehr.tasks.features import build_features
+from privehr.tasks.run_directory import create_run_directory
+from privehr.tasks.split import split_cohort
 
 
 def test_audit_flow_reports_attacks_and_bounds(tmp_path, small_extract):
-    from tasks.privacy_ledger import ledger_totals, read_ledger
+    from privehr.io.privacy_ledger import ledger_totals, read_ledger
 
     run_dir = create_run_directory.fn(PipelineConfig(artifacts_dir=tmp_path, run_id="audited",
                                                      data={"hdf5_path": small_extract}))
@@ -51,7 +51,7 @@ def test_too_few_shadows_are_refused_with_the_reason():
     import pytest
     from pydantic import ValidationError
 
-    from privehr.config import AuditConfig
+    from privehr.core.config import AuditConfig
 
     with pytest.raises(ValidationError, match="greater than or equal to 4"):
         AuditConfig(run_dir="x", shadows=2)

@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
-from flows.pipeline import on_dask, pipeline
-from privehr.config import PipelineConfig
+from privehr.flows.pipeline import on_dask, pipeline
+from privehr.core.config import PipelineConfig
 
 
 def test_dask_cluster_runs_the_grid_like_the_thread_pool(tmp_path, small_extract):

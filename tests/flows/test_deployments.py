@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from privehr.config import PipelineConfig, load_config
+from privehr.core.config import PipelineConfig, load_config
 
 DEPLOYMENTS = yaml.safe_load((Path(__file__).parents[2] / "prefect.yaml").read_text())["deployments"]
 
@@ -27,7 +27,7 @@ def test_the_nightly_deployment_validates_and_has_its_schedule():
 
 
 def test_the_private_inference_deployment_runs_the_papers_settings():
-    from privehr.inference_config import InferenceConfig
+    from privehr.core.inference_config import InferenceConfig
 
     (deployment,) = [d for d in DEPLOYMENTS if d["entrypoint"] == "flows/private_inference.py:private_inference"]
     config = InferenceConfig.model_validate(deployment["parameters"]["config"])

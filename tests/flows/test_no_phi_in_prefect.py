@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from prefect.settings import get_current_settings
 
-from flows.pipeline import pipeline
-from flows.steward import validate
-from models.severity_simulator import simulate_extract
-from privehr.config import PipelineConfig, StewardConfig
+from privehr.flows.pipeline import pipeline
+from privehr.flows.steward import validate
+from privehr.simulate.severity_simulator import simulate_extract
+from privehr.core.config import PipelineConfig, StewardConfig
 from privehr.resources import mimic_extract_variables
-from tasks.demo_data import write_demo_ehr, write_extract
-from tasks.validation import ValidationFailed
+from privehr.io.demo_data import write_demo_ehr, write_extract
+from privehr.io.validation import ValidationFailed
 
 CANARY_SUBJECT = 97531864
 CANARY_VALUE = 173.2468  # a heart rate no simulator draws

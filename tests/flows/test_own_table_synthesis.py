@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from models.marginal_synthesis import marginal_available
+from privehr.models.marginal_synthesis import marginal_available
 from privehr.cli import main
-from privehr.specs import load_ehr_spec
-from tasks.privacy_ledger import read_ledger
+from privehr.core.specs import load_ehr_spec
+from privehr.io.privacy_ledger import read_ledger
 
 REPO = Path(__file__).resolve().parents[2]
 

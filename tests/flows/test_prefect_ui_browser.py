@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.demo_data import write_demo_ehr
+from privehr.io.demo_data import write_demo_ehr
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -166,7 +166,7 @@ def test_the_ui_artifacts_link_the_served_data_docs_and_report(prefect_server, t
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from tasks.demo_data import write_demo_mimic
+    from privehr.io.demo_data import write_demo_mimic
 
     env, port = prefect_server
     artifacts = tmp_path / "artifacts"

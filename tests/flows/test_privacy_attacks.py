@@ -16,12 +16,12 @@ import pytest
 import torch
 import yaml
 
-from flows.pipeline import pipeline
+from privehr.flows.pipeline import pipeline
 from privehr.cli import main
-from privehr.config import PipelineConfig
-from privehr.errors import InputError
-from tasks.demo_data import write_demo_ehr
-from tasks.privacy_ledger import ledger_totals, read_ledger
+from privehr.core.config import PipelineConfig
+from privehr.core.errors import InputError
+from privehr.io.demo_data import write_demo_ehr
+from privehr.io.privacy_ledger import ledger_totals, read_ledger
 
 GRID = {"labels": ["mort_icu"], "training": {"models": ["logistic_regression"], "methods": ["dp_sgd"], "seeds": 2,
                                              "dp_sgd": {"epochs": 1, "epsilons": [1.0]}}}
@@ -100,8 +100,8 @@ def test_a_reused_run_id_is_a_new_release_never_a_free_one(tmp_path, small_extra
 
 
 def _reserve_in_another_process(ledger: str, budget: float, barrier, results) -> None:
-    from models.release_plan import ReleasePlan
-    from tasks.privacy_ledger import Ledger, reserve
+    from privehr.models.release_plan import ReleasePlan
+    from privehr.io.privacy_ledger import Ledger, reserve
 
     plan = ReleasePlan.for_epochs(1000, batch_size=100, epochs=2, target_epsilon=1.0, delta=1e-5)
     barrier.wait()  # both runs check at the same moment
@@ -152,7 +152,7 @@ def test_an_unwritable_ledger_stops_the_run_before_any_record_is_read(tmp_path, 
 def test_a_crash_after_training_leaves_the_release_counted(tmp_path, small_extract, monkeypatch):
     """(d) A model trained but never saved (the process died writing it) is in the ledger all the same; a crash
     during training leaves its reservation counted until the run is resumed, which retrains it as a new release."""
-    import tasks.train
+    import privehr.tasks.train
 
     real_save = torch.save
 
@@ -161,14 +161,14 @@ def test_a_crash_after_training_leaves_the_release_counted(tmp_path, small_extra
             raise OSError("No space left on device")
         return real_save(obj, path, *args, **kwargs)
 
-    monkeypatch.setattr(tasks.train.torch, "save", disk_full)
+    monkeypatch.setattr(privehr.tasks.train.torch, "save", disk_full)
     with pytest.raises(OSError, match="No space left"):
         pipeline(_config(tmp_path, small_extract, "crash-saving"))
     (total,) = ledger_totals(tmp_path / "ledger.jsonl")
     assert total.releases == 2 and total.pending == 0  # both trained, both counted, though one was never saved
-    monkeypatch.setattr(tasks.train.torch, "save", real_save)
+    monkeypatch.setattr(privehr.tasks.train.torch, "save", real_save)
 
-    real_train = tasks.train.train_dp_sgd
+    real_train = privehr.tasks.train.train_dp_sgd
 
     def dies_in_training(*args, **kwargs):
         if not getattr(dies_in_training, "spared", False):
@@ -177,13 +177,13 @@ def test_a_crash_after_training_leaves_the_release_counted(tmp_path, small_extra
         raise RuntimeError("killed")
 
     ledger2 = tmp_path / "ledger2.jsonl"
-    monkeypatch.setattr(tasks.train, "train_dp_sgd", dies_in_training)
+    monkeypatch.setattr(privehr.tasks.train, "train_dp_sgd", dies_in_training)
     config = _config(tmp_path, small_extract, "crash-training", ledger_path=str(ledger2))
     with pytest.raises(RuntimeError, match="killed"):
         pipeline(config)
     (crashed,) = ledger_totals(ledger2)
     assert crashed.releases == 1 and crashed.pending == 1  # the reservation of the unfinished fit still counts
-    monkeypatch.setattr(tasks.train, "train_dp_sgd", real_train)
+    monkeypatch.setattr(privehr.tasks.train, "train_dp_sgd", real_train)
     pipeline(config.model_copy(update={"resume": True}))
     (resumed,) = ledger_totals(ledger2)
     assert resumed.releases == 2 and resumed.pending == 0  # its void settled the dead reservation

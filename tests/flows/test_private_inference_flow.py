@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 import torch
 
-from flows.private_inference import private_inference
-from models.repeated_measures import simulate_repeated_measures
+from privehr.flows.private_inference import private_inference
+from privehr.models.repeated_measures import simulate_repeated_measures
 from privehr.cli import main
-from privehr.errors import InputError
-from privehr.inference_config import InferenceConfig
-from tasks.privacy_ledger import read_ledger
+from privehr.core.errors import InputError
+from privehr.core.inference_config import InferenceConfig
+from privehr.io.privacy_ledger import read_ledger
 
 TINY = {"subjects": 150, "mus": [2.0], "runs": 1, "vi": {"steps": 30, "draws": 16},
         "synthetic": {"datasets": 1, "density": {"steps": 30}}, "reference_draws": 500, "summary_draws": 500}

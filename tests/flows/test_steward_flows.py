@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 from prefect.client.orchestration import get_client
 
-from flows.ehr_prepare import ehr_prepare
-from flows.pipeline import pipeline
-from flows.steward import validate
-from privehr.config import EHRPrepareConfig, PipelineConfig, StewardConfig
-from tasks.demo_data import write_demo_ehr
-from tasks.validation import ValidationFailed
+from privehr.flows.ehr_prepare import ehr_prepare
+from privehr.flows.pipeline import pipeline
+from privehr.flows.steward import validate
+from privehr.core.config import EHRPrepareConfig, PipelineConfig, StewardConfig
+from privehr.io.demo_data import write_demo_ehr
+from privehr.io.validation import ValidationFailed
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_ehr_prepare_takes_m_alone_and_refuses_a_table_missing_a_derived_columns
     import json
 
     from privehr.cli import main
-    from tasks.demo_data import write_demo_ehr
+    from privehr.io.demo_data import write_demo_ehr
 
     table = tmp_path / "ehr.csv"
     write_demo_ehr(table, seed=0)

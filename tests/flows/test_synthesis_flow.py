@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from prefect.client.orchestration import get_client
 
-from flows.synthesis import synthesize_ehr
-from privehr.config import SynthesisConfig
-from tasks.demo_data import write_demo_ehr
-from tasks.privacy_ledger import ledger_totals, read_ledger
+from privehr.flows.synthesis import synthesize_ehr
+from privehr.core.config import SynthesisConfig
+from privehr.io.demo_data import write_demo_ehr
+from privehr.io.privacy_ledger import ledger_totals, read_ledger
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_a_run_over_the_tables_budget_trains_nothing(tmp_path):
     config = SynthesisConfig(path=table, mice={"m": 1, "max_iter": 2, "trace": False}, mus=[2.0, 1.0], epsilons=[],
                              non_private=False, dpnf={"steps": 20}, artifacts_dir=tmp_path / "a", run_id="over",
                              privacy={"budget_epsilon": 5.0, "ledger_path": tmp_path / "ledger.jsonl"})
-    from privehr.errors import InputError
+    from privehr.core.errors import InputError
 
     with pytest.raises(InputError, match="privacy budget exceeded"):
         synthesize_ehr(config, "cpu")
@@ -116,7 +116,7 @@ def test_a_private_patient_count_reaches_the_tables_only_with_noise(tmp_path):
     two-sided geometric noise (a DP release in the ledger), and no record or report carries the exact count."""
     import yaml
 
-    from privehr.specs import SPEC_DIR
+    from privehr.core.specs import SPEC_DIR
 
     table = tmp_path / "EHR_dataset.csv"
     write_demo_ehr(table, seed=0)

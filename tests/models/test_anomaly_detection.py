@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from models.anomaly_detection import (content_ids, dp_ad_roc, exponential_mechanism_votes, partition_by_id,
+from privehr.models.anomaly_detection import (content_ids, dp_ad_roc, exponential_mechanism_votes, partition_by_id,
                                       tail_anomalies, threshold_roc, vote_counts)
 
 

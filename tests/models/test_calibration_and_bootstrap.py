@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from models.bootstrap import (percentile_interval, stratified_counts, weighted_auprc, weighted_auroc,
+from privehr.models.bootstrap import (percentile_interval, stratified_counts, weighted_auprc, weighted_auroc,
                               weighted_brier)
-from models.calibration import calibration, calibration_slope_intercept, expected_calibration_error
+from privehr.models.calibration import calibration, calibration_slope_intercept, expected_calibration_error
 
 
 def test_ece_of_a_fixed_example_by_hand():

@@ -3,7 +3,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from models.classifiers import build_classifier
+from privehr.models.classifiers import build_classifier
 
 
 def _weights(model):

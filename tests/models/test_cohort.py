@@ -1,7 +1,7 @@
 import numpy as np
 import pandas as pd
 
-from models.cohort import select_cohort
+from privehr.models.cohort import select_cohort
 
 
 def _patients(rows):

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.column_codec import MAX_LEVELS, CodecColumn, TableCodec
+from privehr.models.column_codec import MAX_LEVELS, CodecColumn, TableCodec
 
 COLUMNS = [CodecColumn("age", "integer", 18, 100), CodecColumn("creatinine", "numeric", 0.2, 15.0),
            CodecColumn("sex", "binary", levels=("F", "M")), CodecColumn("grade", "ordinal", levels=("I", "II", "III")),

@@ -6,9 +6,9 @@ import pkgutil
 
 import pytest
 
-import models
+import privehr.models as models
 
-MODULES = sorted(m.name for m in pkgutil.iter_modules(models.__path__, "models."))
+MODULES = sorted(m.name for m in pkgutil.iter_modules(models.__path__, "privehr.models."))
 
 
 @pytest.mark.parametrize("name", MODULES)

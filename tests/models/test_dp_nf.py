@@ -4,12 +4,12 @@ and the release records what the accountants say."""
 import pytest
 import torch
 
-from models.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density
-from models.gaussian_dp import gdp_epsilon, gdp_mu
-from models.maf import MAF
-from models.privacy_accounting import epsilon_spent
-from models.randomness import NoiseSource
-from models.release_plan import ReleasePlan
+from privehr.models.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density
+from privehr.models.gaussian_dp import gdp_epsilon, gdp_mu
+from privehr.models.maf import MAF
+from privehr.models.privacy_accounting import epsilon_spent
+from privehr.models.randomness import NoiseSource
+from privehr.models.release_plan import ReleasePlan
 
 
 def _data(n, seed):

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from models.dp_sgd import DPSGDHyperparameters, train_dp_sgd
-from models.grud import GRUD
-from models.logistic_regression import LogisticRegression
-from models.randomness import NoiseSource
-from models.release_plan import ReleasePlan
+from privehr.models.dp_sgd import DPSGDHyperparameters, train_dp_sgd
+from privehr.models.grud import GRUD
+from privehr.models.logistic_regression import LogisticRegression
+from privehr.models.randomness import NoiseSource
+from privehr.models.release_plan import ReleasePlan
 
 HP = DPSGDHyperparameters(learning_rate=0.05)
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pandas as pd
 
-from models.dp_utility_checks import check_dp_sgd_curves
+from privehr.models.dp_utility_checks import check_dp_sgd_curves
 
 
 def _runs(dp: dict[float, list[float]], baseline: list[float], baseline_l2: list[float] | None = None):

@@ -9,13 +9,13 @@ import torch
 from scipy.stats import multivariate_normal
 from torch.func import functional_call, grad, vmap
 
-from models.dp_vi import VIHyperparameters, _clipped_sum, per_record_gradients, posterior_summary, train_vi, untemper
-from models.likelihood import LIKELIHOODS, Likelihood, get_likelihood
-from models.posterior_reference import reference_posterior
-from models.randomness import NoiseSource
-from models.release_plan import ReleasePlan
-from models.repeated_measures import TRUE_BETA, NonlinearRepeatedMeasures, mean_function, simulate_repeated_measures
-from models.variational_flow import VariationalFlow
+from privehr.models.dp_vi import VIHyperparameters, _clipped_sum, per_record_gradients, posterior_summary, train_vi, untemper
+from privehr.models.likelihood import LIKELIHOODS, Likelihood, get_likelihood
+from privehr.models.posterior_reference import reference_posterior
+from privehr.models.randomness import NoiseSource
+from privehr.models.release_plan import ReleasePlan
+from privehr.models.repeated_measures import TRUE_BETA, NonlinearRepeatedMeasures, mean_function, simulate_repeated_measures
+from privehr.models.variational_flow import VariationalFlow
 
 
 class LinearGaussian(Likelihood):

@@ -6,14 +6,14 @@ import torch
 from torch import nn
 from torch.func import jacrev
 
-from models.batched_utility import BatchedUtility, flat_parameters
-from models.classifiers import build_classifier, classifier_inputs
-from models.expm_grid import grid_log_density, grid_samples, ks_marginals, mmd2
-from models.expm_nf import (ExpMNFHyperparameters, draw_probabilities, draw_utilities, fit_gap, map_index,
+from privehr.models.batched_utility import BatchedUtility, flat_parameters
+from privehr.models.classifiers import build_classifier, classifier_inputs
+from oracles.expm_grid import grid_log_density, grid_samples, ks_marginals, mmd2
+from privehr.models.expm_nf import (ExpMNFHyperparameters, draw_probabilities, draw_utilities, fit_gap, map_index,
                             posterior_predictive, sample_parameters, train_expm_nf)
-from models.parameter_flow import ParameterFlow
-from models.planar_flow import PlanarFlow
-from models.sylvester_flow import SylvesterFlow
+from privehr.models.parameter_flow import ParameterFlow
+from privehr.models.planar_flow import PlanarFlow
+from privehr.models.sylvester_flow import SylvesterFlow
 
 
 def _autograd_log_det(layer, z):

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.fidelity import (column_distances, detection_auroc, distance_to_closest_record, fidelity_summary,
+from privehr.models.fidelity import (column_distances, detection_auroc, distance_to_closest_record, fidelity_summary,
                              kendall_tau_rmse)
 
 

@@ -10,15 +10,15 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from models.dp_nf import DensityHyperparameters, train_density
-from models.fine_grained_clipping import (fine_grained_clipped_sum, layer_thresholds, per_sample_gradients,
+from privehr.models.dp_nf import DensityHyperparameters, train_density
+from privehr.models.fine_grained_clipping import (fine_grained_clipped_sum, layer_thresholds, per_sample_gradients,
                                           stochastic_sparsify)
-from models.ghost_clipping import clipped_gradient_sum
-from models.grud import GRUD
-from models.hflow import HFlow
-from models.maf import MAF
-from models.randomness import NoiseSource
-from models.release_plan import ReleasePlan
+from privehr.models.ghost_clipping import clipped_gradient_sum
+from privehr.models.grud import GRUD
+from privehr.models.hflow import HFlow
+from privehr.models.maf import MAF
+from privehr.models.randomness import NoiseSource
+from privehr.models.release_plan import ReleasePlan
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/models/conftest.py
@@ -265,7 +265,7 @@ def test_the_sparsified_clipped_sum_is_unbiased_when_nothing_is_clipped():
 
 
 def test_per_sample_gradients_of_the_generic_rules_match_torch_func():
-    from models.ghost_clipping import collect_calls
+    from privehr.models.ghost_clipping import collect_calls
 
     model, losses_fn, one, inputs = _grud()
     reference = _reference(model, one, inputs)

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from models.budget_conversion import convert_budget
-from models.gaussian_dp import gdp_delta, gdp_epsilon, gdp_mu, sigma_for_mu
+from privehr.models.budget_conversion import convert_budget
+from privehr.models.gaussian_dp import gdp_delta, gdp_epsilon, gdp_mu, sigma_for_mu
 
 # seed 002, Sec. 3.2: r = 0.5, T = 8000; sigma -> mu, and epsilon at delta = 0.01
 SEED_002 = [(7.36, 6.10, 32), (11.44, 3.92, 16), (18.28, 2.45, 8), (29.93, 1.49, 4)]

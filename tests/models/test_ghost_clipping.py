@@ -6,14 +6,14 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from models.dp_sgd import DPSGDHyperparameters, train_dp_sgd
-from models.ghost_clipping import clipped_gradient_sum, clipped_layers
-from models.grud import GRUD
-from models.logistic_regression import LogisticRegression
-from models.losses import per_sample_loss
-from models.maf import MAF
-from models.randomness import NoiseSource
-from models.release_plan import ReleasePlan
+from privehr.models.dp_sgd import DPSGDHyperparameters, train_dp_sgd
+from privehr.models.ghost_clipping import clipped_gradient_sum, clipped_layers
+from privehr.models.grud import GRUD
+from privehr.models.logistic_regression import LogisticRegression
+from privehr.models.losses import per_sample_loss
+from privehr.models.maf import MAF
+from privehr.models.randomness import NoiseSource
+from privehr.models.release_plan import ReleasePlan
 
 
 def _flow():
@@ -149,7 +149,7 @@ def test_a_layer_must_see_the_batch_first():
 
 
 def test_a_masked_layer_is_clipped_by_its_true_norm_with_any_mask_and_token_count():
-    from models.made import MaskedLinear
+    from privehr.models.made import MaskedLinear
 
     torch.manual_seed(0)
     layer = MaskedLinear(torch.tensor([[2.0, 0.0, 1.0], [0.5, 3.0, 0.0]]))
@@ -171,7 +171,7 @@ def test_every_ghost_step_is_the_clipped_mean_of_a_poisson_batch_plus_the_noise(
     (one uniform per record, kept below q), torch.func's per-sample gradients clipped to C and summed, the
     four-Gaussian noise from the noise stream, all over q n. Opacus's hooks path samples the same way but its
     DataLoader draws a base seed from the generator first, so its batches are others (and as random)."""
-    from models.randomness import gaussian_noise
+    from privehr.models.randomness import gaussian_noise
 
     n, steps = 30, 4
     model, inputs = _classifier(model_name, n, seed=4)

@@ -9,14 +9,14 @@ import pytest
 import torch
 from torch.func import functional_call, grad, vmap
 
-from models.dequantization import VariationalDequantizer, discrete_to_flow, flow_to_discrete
-from models.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density
-from models.ghost_clipping import clipped_gradient_sum, clipped_layers
-from models.hflow import HFlow
-from models.low_rank_linear import LowRankLinear
-from models.randomness import NoiseSource
-from models.release_plan import ReleasePlan
-from models.rq_spline import rational_quadratic_spline
+from privehr.models.dequantization import VariationalDequantizer, discrete_to_flow, flow_to_discrete
+from privehr.models.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density
+from privehr.models.ghost_clipping import clipped_gradient_sum, clipped_layers
+from privehr.models.hflow import HFlow
+from privehr.models.low_rank_linear import LowRankLinear
+from privehr.models.randomness import NoiseSource
+from privehr.models.release_plan import ReleasePlan
+from privehr.models.rq_spline import rational_quadratic_spline
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/models/conftest.py

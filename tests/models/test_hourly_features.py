@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from models.hourly_features import HourlyFeaturizer, flatten_for_linear
+from privehr.models.hourly_features import HourlyFeaturizer, flatten_for_linear
 
 
 def test_statistics_come_from_training_stays_only():

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from models.lira import balanced_shadows, leave_one_out, lira_scores, logit_confidence, roc_summary, shadow_membership
+from privehr.models.lira import balanced_shadows, leave_one_out, lira_scores, logit_confidence, roc_summary, shadow_membership
 
 
 def _population(shift, n_shadows=16, n=400, seed=0):

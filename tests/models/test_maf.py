@@ -2,8 +2,8 @@
 
 import torch
 
-from models.made import MADE, made_masks
-from models.maf import MAF
+from privehr.models.made import MADE, made_masks
+from privehr.models.maf import MAF
 
 
 def _perturbed(flow: MAF) -> MAF:

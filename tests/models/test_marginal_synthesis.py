@@ -1,4 +1,4 @@
-"""AIM and MST on mbi >= 2 (models.marginal_synthesis).
+"""AIM and MST on mbi >= 2 (privehr.models.marginal_synthesis).
 
 The tables are drawn from fixed generators so the checks are repeatable; the privacy claims do not
 rest on these seeds (a DP release passes a generator seeded from OS entropy).
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from models.marginal_synthesis import (MARGINAL_MECHANISMS, cdp_delta, cdp_epsilon, cdp_rho, marginal_available,
+from privehr.models.marginal_synthesis import (MARGINAL_MECHANISMS, cdp_delta, cdp_epsilon, cdp_rho, marginal_available,
                                        synthesize_marginal)
 
 needs_mbi = pytest.mark.skipif(not marginal_available(), reason="mbi >= 2 not installed: install privehr[baselines]")

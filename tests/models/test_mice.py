@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.mice import gelman_rubin, multiple_imputation
+from privehr.models.mice import gelman_rubin, multiple_imputation
 
 
 def _table(n=120, seed=0):

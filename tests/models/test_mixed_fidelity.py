@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.fidelity import column_distances, kendall_tau_rmse
-from models.mixed_fidelity import (invalid_mask, is_discrete, kendall_tau_distance, kendall_tau_matrix,
+from privehr.models.fidelity import column_distances, kendall_tau_rmse
+from privehr.models.mixed_fidelity import (invalid_mask, is_discrete, kendall_tau_distance, kendall_tau_matrix,
                                    mixed_column_distances, mixed_fidelity_summary, total_variation)
 
 KINDS = {"x": "numeric", "age": "integer", "gcs": "integer", "sex": "binary", "eth": "categorical",

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from models.noisy_count import geometric_noise_sd, noisy_count
+from privehr.models.noisy_count import geometric_noise_sd, noisy_count
 
 
 @pytest.mark.parametrize("epsilon", [0.1, 1.0])

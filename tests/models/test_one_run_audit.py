@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from models.one_run_audit import audit_scores, epsilon_ceiling, epsilon_lower_bound, p_value
+from privehr.models.one_run_audit import audit_scores, epsilon_ceiling, epsilon_lower_bound, p_value
 
 
 def test_p_value_vector():

@@ -1,7 +1,7 @@
 import numpy as np
 import pandas as pd
 
-from models.patient_split import split_subjects
+from privehr.models.patient_split import split_subjects
 
 
 def _stays(n_subjects=500, seed=0):

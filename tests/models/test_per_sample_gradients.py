@@ -5,10 +5,10 @@ import torch
 from opacus import GradSampleModule
 from torch.func import functional_call, grad, vmap
 
-import models.grad_samplers  # noqa: F401
-from models.grud import GRUD
-from models.logistic_regression import LogisticRegression
-from models.losses import binary_loss
+import privehr.models.grad_samplers  # noqa: F401
+from privehr.models.grud import GRUD
+from privehr.models.logistic_regression import LogisticRegression
+from privehr.models.losses import binary_loss
 
 
 def _inputs(model_name, batch, generator):
@@ -50,7 +50,7 @@ def test_opacus_per_sample_gradients_match_torch_func(model_name, loss, mode):
 @pytest.mark.parametrize("mode", ["hooks", "functorch"])
 def test_maf_per_sample_gradients_match_torch_func(mode):
     """The masked linear rule (and Opacus's functorch fallback) against vmap(grad) of the per-sample NLL."""
-    from models.maf import MAF
+    from privehr.models.maf import MAF
 
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)

@@ -4,7 +4,7 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from models.privacy_accounting import calibrate_noise_multiplier, epsilon_spent
+from privehr.models.privacy_accounting import calibrate_noise_multiplier, epsilon_spent
 
 
 def analytic_gaussian_epsilon(sigma: float, delta: float) -> float:
@@ -37,7 +37,7 @@ def test_more_noise_means_less_epsilon():
 
 def test_prv_grid_stays_bounded(monkeypatch):
     """Long, large-q compositions would need a huge PRV grid: the error widens, or RDP stands alone (None)."""
-    import models.privacy_accounting as accounting
+    import privehr.models.privacy_accounting as accounting
 
     history = [(4.0, 0.5, 20_000)]
     rdp = epsilon_spent(4.0, 0.5, 20_000, 1e-5).epsilon_rdp
@@ -61,7 +61,7 @@ DEMO_DP_NF = [(62, 0.5, 1000, kind, value) for kind, value in
 def test_three_accountants_agree_on_the_demo_releases(release):
     """PLD (an upper bound) is at most RDP; PLD's bracket [optimistic, pessimistic] and PRV's [upper - 2 eps_error,
     upper] both hold the true epsilon, so they must overlap."""
-    from models.release_plan import ReleasePlan
+    from privehr.models.release_plan import ReleasePlan
 
     kind, *args = release
     if kind == "dp_sgd":
@@ -93,7 +93,7 @@ def test_cached_rdp_equals_opacus_rdp_accountant_exactly():
     import numpy as np
     from opacus.accountants import RDPAccountant
 
-    from models.privacy_accounting import RDP_ORDERS, _rdp_per_step, _rdp_spent, rdp_epsilon
+    from privehr.models.privacy_accounting import RDP_ORDERS, _rdp_per_step, _rdp_spent, rdp_epsilon
 
     rng = np.random.default_rng(0)
     with warnings.catch_warnings():

@@ -3,8 +3,8 @@ import math
 import pytest
 from opacus.accountants import PRVAccountant
 
-from models.privacy_accounting import epsilon_spent
-from models.privacy_ledger import LedgerEntry, check_budget, compose_entries, dataset_id_of
+from privehr.models.privacy_accounting import epsilon_spent
+from privehr.models.privacy_ledger import LedgerEntry, check_budget, compose_entries, dataset_id_of
 
 
 def _sgd(sigma, q, steps, release, **kw):

@@ -1,11 +1,11 @@
 import numpy as np
 import pandas as pd
 
-from models import quarantine as q
-from models.derived_columns import add_derived
-from models.ehr_simulator import HARROD_TABLE1, simulate_ehr_table
-from models.hourly_profile import VariableProfile, stay_keys
-from privehr.specs import DerivedColumn, VariableBounds
+from privehr.models import quarantine as q
+from privehr.models.derived_columns import add_derived
+from privehr.simulate.ehr_simulator import HARROD_TABLE1, simulate_ehr_table
+from privehr.models.hourly_profile import VariableProfile, stay_keys
+from privehr.core.specs import DerivedColumn, VariableBounds
 
 
 def test_row_checks_list_ids_values_and_reasons():
@@ -77,7 +77,7 @@ def test_ehr_simulator_matches_table_1_missingness():
 def test_tidy_writes_float_ids_as_integers_and_never_rewrites_text_ids():
     import pandas as pd
 
-    from models.quarantine import tidy
+    from privehr.models.quarantine import tidy
 
     floats = pd.DataFrame({"reason": ["r", "r", "s"], "icustay_id": [10005.0, 10005.0, None],
                            "column": ["", "", ""], "value": [None, None, None]})

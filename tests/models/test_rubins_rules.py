@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from models.rubins_rules import pool
+from privehr.models.rubins_rules import pool
 
 
 def test_pool_matches_hand_computation():

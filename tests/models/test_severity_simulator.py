@@ -1,8 +1,8 @@
 import numpy as np
 import pandas as pd
 
-from models.cohort import select_cohort
-from models.severity_simulator import INTERVENTIONS, simulate_extract
+from privehr.models.cohort import select_cohort
+from privehr.simulate.severity_simulator import INTERVENTIONS, simulate_extract
 from privehr.resources import mimic_extract_variables
 
 

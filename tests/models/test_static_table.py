@@ -1,7 +1,7 @@
 import numpy as np
 import pandas as pd
 
-from models.static_table import SHIFTED_AGE, static_table
+from privehr.models.static_table import SHIFTED_AGE, static_table
 
 
 def test_static_table_means_over_hours_and_demographics():

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from models.synthetic_utility import fowlkes_mallows_cutoff, knn_mse, random_forest_mse, svm_accuracy
+from privehr.models.synthetic_utility import fowlkes_mallows_cutoff, knn_mse, random_forest_mse, svm_accuracy
 
 
 def test_fowlkes_mallows_cutoff_is_the_brute_force_optimum():

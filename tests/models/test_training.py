@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from models.logistic_regression import LogisticRegression
-from models.metrics import binary_metrics
-from models.training import TrainingHyperparameters, fit_binary_classifier, predict_proba
+from privehr.models.logistic_regression import LogisticRegression
+from privehr.models.metrics import binary_metrics
+from privehr.models.training import TrainingHyperparameters, fit_binary_classifier, predict_proba
 
 
 def _data(n, seed):

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.tstr_panel import (CLASSIFIERS, NEEDS_SCALING, build_panel_classifier, design_matrix,
+from privehr.models.tstr_panel import (CLASSIFIERS, NEEDS_SCALING, build_panel_classifier, design_matrix,
                                register_classifier, tstr, tstr_summary)
 
 KINDS = {**{f"x{i}": "numeric" for i in range(8)}, "age": "integer", "gcs": "integer", "sex": "binary",

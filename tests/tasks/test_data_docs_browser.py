@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from privehr.specs import load_ehr_spec, load_mimic_spec
-from tasks.demo_data import write_demo_ehr
-from tasks.expectation_suites import suite_names
-from tasks.validation import validate_ehr, validate_extract
+from privehr.core.specs import load_ehr_spec, load_mimic_spec
+from privehr.io.demo_data import write_demo_ehr
+from privehr.io.expectation_suites import suite_names
+from privehr.io.validation import validate_ehr, validate_extract
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -6,11 +6,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from privehr.errors import InputError
-from privehr.specs import load_ehr_spec
-from tasks.demo_data import write_demo_ehr
-from tasks.ehr_table import ID, drop_by_missingness, read_ehr_table
-from tasks.validation import validate_ehr
+from privehr.core.errors import InputError
+from privehr.core.specs import load_ehr_spec
+from privehr.io.demo_data import write_demo_ehr
+from privehr.io.ehr_table import ID, drop_by_missingness, read_ehr_table
+from privehr.io.validation import validate_ehr
 
 SPEC = load_ehr_spec("harrod_ehr")
 SEED_002_DROPPED = {"right_ventricle_diastole", "aov_mean_pg", "ra_vol_a4c", "la_vol_a4c", "lv_esv", "lv_vol_a4c",

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from privehr.config import Cell, EvaluationConfig
-from tasks.evaluation import evaluate_cells, predictions_path, save_predictions
-from tasks.report import curve_check_lines, evaluation_lines
+from privehr.core.config import Cell, EvaluationConfig
+from privehr.tasks.evaluation import evaluate_cells, predictions_path, save_predictions
+from privehr.tasks.report import curve_check_lines, evaluation_lines
 
 
 def _run(tmp_path, n=600, seed=0):

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from privehr.config import EHRPrepareConfig
-from privehr.specs import load_ehr_spec
-from tasks.impute import impute_ehr
+from privehr.core.config import EHRPrepareConfig
+from privehr.core.specs import load_ehr_spec
+from privehr.tasks.impute import impute_ehr
 
 
 def test_harrod_mice_yields_five_complete_datasets_within_bounds(harrod, tmp_path):
@@ -40,11 +40,11 @@ def test_harrod_mice_yields_five_complete_datasets_within_bounds(harrod, tmp_pat
 def test_the_missingness_rule_is_decided_on_training_patients_only(tmp_path):
     """An attribute measured only in test patients is dropped (the training patients decide), although on the
     whole table it would be kept; the whole-table verdict stays in the report for the steward."""
-    from tasks.demo_data import write_demo_ehr
+    from privehr.io.demo_data import write_demo_ehr
 
     import yaml
 
-    from privehr.specs import SPEC_DIR
+    from privehr.core.specs import SPEC_DIR
 
     table = tmp_path / "ehr.csv"
     write_demo_ehr(table, seed=0)

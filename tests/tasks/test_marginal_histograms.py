@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.image import imread
 
-from tasks.figures import marginal_histograms
+from privehr.io.figures import marginal_histograms
 
 
 def test_marginal_histograms_of_two_synthesizers(tmp_path, monkeypatch):

@@ -4,10 +4,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.cohort import select_cohort
-from privehr.errors import InputError
-from tasks.demo_data import write_demo_mimic
-from tasks.mimic_extract import check_extract, inspect_extract, read_patients, read_window, read_window_pandas
+from privehr.models.cohort import select_cohort
+from privehr.core.errors import InputError
+from privehr.io.demo_data import write_demo_mimic
+from privehr.io.mimic_extract import check_extract, inspect_extract, read_patients, read_window, read_window_pandas
 
 
 def _sha(path):

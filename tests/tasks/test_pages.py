@@ -6,8 +6,8 @@ import urllib.request
 import numpy as np
 import pytest
 
-from models.subgroups import large_enough, subgroups
-from tasks.pages import page_url, serve_artifacts
+from privehr.models.subgroups import large_enough, subgroups
+from privehr.io.pages import page_url, serve_artifacts
 
 
 @pytest.fixture

@@ -5,14 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from models.hourly_features import HourlyFeaturizer
-from privehr.config import Cell, PipelineConfig, SplitConfig, TrainingConfig
-from tasks.cohort import build_cohort, load_cohort
-from tasks.features import build_features, load_split
-from tasks.ingest import ingest_extract
-from tasks.run_directory import create_run_directory
-from tasks.split import split_cohort
-from tasks.train import fit_and_evaluate, search_hyperparameters
+from privehr.models.hourly_features import HourlyFeaturizer
+from privehr.core.config import Cell, PipelineConfig, SplitConfig, TrainingConfig
+from privehr.tasks.cohort import build_cohort, load_cohort
+from privehr.tasks.features import build_features, load_split
+from privehr.tasks.ingest import ingest_extract
+from privehr.tasks.run_directory import create_run_directory
+from privehr.tasks.split import split_cohort
+from privehr.tasks.train import fit_and_evaluate, search_hyperparameters
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +49,9 @@ def test_split_keeps_patients_whole_and_features_use_training_statistics(prepare
 
 @pytest.mark.parametrize("model", ["logistic_regression", "grud"])
 def test_search_then_fit_for_each_method(prepared, model, tmp_path, small_extract):
-    from tasks.privacy_ledger import read_ledger
-    from tasks.release_budget import check_privacy_budget
-    from tasks.train import fit_key
+    from privehr.io.privacy_ledger import read_ledger
+    from privehr.tasks.release_budget import check_privacy_budget
+    from privehr.tasks.train import fit_key
 
     run_dir, _, _, features_dir = prepared
     config = PipelineConfig.model_validate({
@@ -85,9 +85,9 @@ def test_search_then_fit_for_each_method(prepared, model, tmp_path, small_extrac
 
 
 def test_over_budget_runs_are_refused_before_anything_is_trained(prepared, tmp_path, small_extract):
-    from privehr.errors import InputError
-    from tasks.privacy_ledger import ledger_totals, read_ledger
-    from tasks.release_budget import check_privacy_budget
+    from privehr.core.errors import InputError
+    from privehr.io.privacy_ledger import ledger_totals, read_ledger
+    from privehr.tasks.release_budget import check_privacy_budget
 
     run_dir, _, _, _ = prepared
     ledger = tmp_path / "ledger.jsonl"
@@ -116,8 +116,8 @@ def test_over_budget_runs_are_refused_before_anything_is_trained(prepared, tmp_p
 
 
 def test_a_delta_that_could_expose_a_record_is_refused(prepared, tmp_path, small_extract):
-    from privehr.errors import InputError
-    from tasks.release_budget import check_privacy_budget
+    from privehr.core.errors import InputError
+    from privehr.tasks.release_budget import check_privacy_budget
 
     run_dir, _, _, _ = prepared
     config = PipelineConfig.model_validate({
@@ -128,8 +128,8 @@ def test_a_delta_that_could_expose_a_record_is_refused(prepared, tmp_path, small
 
 
 def test_a_label_with_one_class_in_a_split_stops_the_run_before_training(tmp_path):
-    from privehr.errors import InputError
-    from tasks.split import check_labels
+    from privehr.core.errors import InputError
+    from privehr.tasks.split import check_labels
 
     manifest = tmp_path / "split_manifest.json"
     rates = {"train": {"mort_icu": 0.1, "los_3": 0.4}, "dev": {"mort_icu": 0.0, "los_3": 0.5},
@@ -145,10 +145,10 @@ def test_a_label_with_one_class_in_a_split_stops_the_run_before_training(tmp_pat
 
 
 def test_a_cohort_emptied_by_a_rule_names_the_rule_and_its_count(tmp_path):
-    from models.severity_simulator import simulate_extract
-    from privehr.errors import InputError
+    from privehr.simulate.severity_simulator import simulate_extract
+    from privehr.core.errors import InputError
     from privehr.resources import mimic_extract_variables
-    from tasks.demo_data import write_extract
+    from privehr.io.demo_data import write_extract
 
     sim = simulate_extract(mimic_extract_variables(), 40, seed=2)
     sim.patients = sim.patients.assign(max_hours=20)  # every stay shorter than the 24 h window + 6 h gap

@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.severity_simulator import simulate_extract
-from privehr.errors import InputError
+from privehr.simulate.severity_simulator import simulate_extract
+from privehr.core.errors import InputError
 from privehr.resources import mimic_extract_variables
-from privehr.specs import load_mimic_spec
-from tasks.demo_data import write_extract
-from tasks.validation import EXCLUDED_STAYS, ValidationFailed, failure_message, validate_extract
+from privehr.core.specs import load_mimic_spec
+from privehr.io.demo_data import write_extract
+from privehr.io.validation import EXCLUDED_STAYS, ValidationFailed, failure_message, validate_extract
 
 SPEC = load_mimic_spec()
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.versioning import version_run
+from privehr.tasks.versioning import version_run
 
 DVC = [sys.executable, "-m", "dvc"]
 
@@ -50,7 +50,7 @@ def test_outside_a_dvc_project_is_reported_not_hidden(tmp_path):
 
 
 def test_missing_inputs_are_pulled_and_present_ones_left_alone(dvc_project):
-    from tasks.versioning import pull_inputs
+    from privehr.tasks.versioning import pull_inputs
 
     table = dvc_project / "data" / "ehr" / "t.csv"
     table.parent.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""Steward-editable table specs (``expectations/specs/``), typed.
+"""Steward-editable table specs (``expectations/specs/``, installed as ``privehr.expectations``), typed.
 
 A spec says what a delivered table must look like: columns, keys, label domains, per-variable units
 and bounds. ``privehr expectations build`` turns the specs into Great Expectations suites; the
@@ -7,6 +7,7 @@ loaders and the quarantine read the same specs, so a steward edits one place.
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 from typing import Literal
 
@@ -14,12 +15,14 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from privehr.errors import InputError
+from privehr.core.errors import InputError
 
-__all__ = ["SPEC_DIR", "VariableBounds", "ColumnKind", "DISCRETE_KINDS", "SynthesisTargets", "MimicExtractSpec", "EHRTableSpec", "DerivedColumn",
+__all__ = ["EXPECTATIONS_DIR", "SPEC_DIR", "VariableBounds", "ColumnKind", "DISCRETE_KINDS", "SynthesisTargets", "MimicExtractSpec", "EHRTableSpec", "DerivedColumn",
            "load_mimic_spec", "load_ehr_spec", "check_targets"]
 
-SPEC_DIR = Path(__file__).resolve().parent.parent / "expectations" / "specs"
+# The bundled suites and specs are package data (the repository's expectations/), found wherever privehr is installed.
+EXPECTATIONS_DIR = Path(str(files("privehr.expectations")))
+SPEC_DIR = EXPECTATIONS_DIR / "specs"
 
 
 class _Strict(BaseModel):

@@ -6,7 +6,7 @@ process that records the command's descendants every half second (``/proc/<pid>/
 command is gone, terminates those still alive (SIGTERM, then SIGKILL after 3 s). A descendant is matched by pid
 *and* start time, so a recycled pid is never touched. Linux only (elsewhere: nothing is started).
 
-    python -m privehr.watchdog PID
+    python -m privehr.cli.watchdog PID
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def watch() -> subprocess.Popen | None:
     """Start the watchdog of this process (detached, its own session: a group kill of the command spares it)."""
     if not (PROC / str(os.getpid()) / "task").exists():
         return None
-    return subprocess.Popen([sys.executable, "-m", "privehr.watchdog", str(os.getpid())], start_new_session=True,
+    return subprocess.Popen([sys.executable, "-m", "privehr.cli.watchdog", str(os.getpid())], start_new_session=True,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from privehr.errors import InputError
-from privehr.specs import EHRTableSpec
+from privehr.core.errors import InputError
+from privehr.core.specs import EHRTableSpec
 
 __all__ = ["draft_spec", "spec_yaml", "DRAFT_WARNING"]
 

@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from privehr.errors import InputError
+from privehr.core.errors import InputError
 
 __all__ = ["FixedFrame"]
 

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from privehr.errors import InputError
+from privehr.core.errors import InputError
 
 __all__ = ["ExpMNFConfig", "DPNFConfig", "HFlowConfig", "MarginalConfig", "MARGINAL_SYNTHESIZERS", "Budget", "SynthesisConfig", "DataConfig", "ValidationConfig",
            "StewardConfig", "MICEConfig", "StaticImputationConfig", "EHRPrepareConfig", "SplitConfig",

@@ -4,7 +4,7 @@ Keys (``mimic_direct_extract.py``): ``patients`` (PyTables table), ``vitals_labs
 ``vitals_labs_mean`` and ``interventions`` (fixed), optional ``codes`` (fixed). Hourly keys have the
 row index (subject_id, hadm_id, icustay_id, hours_in) and, for vitals/labs, columns
 (LEVEL2, Aggregation Function) with count/mean/std. The full ``vitals_labs`` is ~5.5 GB, so the
-first-hours window is read with :class:`~tasks.hdf5_fixed.FixedFrame` in bounded row windows.
+first-hours window is read with :class:`~privehr.io.hdf5_fixed.FixedFrame` in bounded row windows.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from models.cohort import ID_COLUMNS, select_cohort
-from privehr.errors import InputError
-from tasks.hdf5_fixed import FixedFrame
+from privehr.models.cohort import ID_COLUMNS, select_cohort
+from privehr.core.errors import InputError
+from privehr.io.hdf5_fixed import FixedFrame
 
 __all__ = ["HourlyWindow", "check_extract", "read_patients", "read_window", "read_window_pandas",
            "inspect_extract", "sha256_file", "REQUIRED_KEYS", "HOURLY_INDEX"]

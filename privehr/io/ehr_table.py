@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models import quarantine as q
-from models.derived_columns import derived_sources
-from privehr.errors import InputError
-from privehr.specs import EHRTableSpec
+from privehr.models import quarantine as q
+from privehr.models.derived_columns import derived_sources
+from privehr.core.errors import InputError
+from privehr.core.specs import EHRTableSpec
 
 __all__ = ["EHRTable", "read_ehr_table", "parse_ehr_table", "drop_by_missingness", "check_derived_sources", "ID",
            "category_codes"]

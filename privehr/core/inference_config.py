@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from privehr.config import DPNFConfig, PositiveFloat, PrivacyConfig, _ledger_beside_runs, _resume_needs_run_id, _Strict
+from privehr.core.config import DPNFConfig, PositiveFloat, PrivacyConfig, _ledger_beside_runs, _resume_needs_run_id, _Strict
 
 __all__ = ["VIConfig", "RecordDensityConfig", "SyntheticVIConfig", "InferenceConfig"]
 
@@ -37,7 +37,7 @@ class RecordDensityConfig(DPNFConfig):
     """The DP-NF of the records in route (b) (seed 002: one MADE of 10 hidden units with batch norm, RMSprop at lr
     0.01 decaying by 0.999 per step, T = 8000, q = 500/6000, C = 10); here two MADE blocks of 16 hidden units, no
     batch norm (training-mode batch norm mixes records and releases un-noised statistics), and Adam at a constant
-    lr 0.01 (privehr's DP-NF trainer, models.dp_nf)."""
+    lr 0.01 (privehr's DP-NF trainer, privehr.models.dp_nf)."""
 
     blocks: int = Field(2, ge=1, description="MADE blocks, reversed order between blocks")
     hidden_size: int = Field(16, ge=2)
@@ -57,7 +57,7 @@ class InferenceConfig(_Strict):
     """Everything one run of ``privehr-private-inference`` needs."""
 
     model: str = Field("nonlinear_repeated_measures", description="the likelihood, by its registered name "
-                                                                 "(models.likelihood.LIKELIHOODS)")
+                                                                 "(privehr.models.likelihood.LIKELIHOODS)")
     data_path: Path | None = Field(None, description="a CSV of records, one row per subject (one DP unit) with the "
                                                      "model's columns (read only); default: simulate the paper's design")
     subjects: int = Field(6000, ge=2, description="simulated subjects (with no data_path)")

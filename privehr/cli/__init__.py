@@ -15,8 +15,8 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from privehr.errors import InputError
-from privehr.strict_json import strict_dumps
+from privehr.core.errors import InputError
+from privehr.core.strict_json import strict_dumps
 
 __all__ = ["main"]
 
@@ -26,7 +26,7 @@ def _emit(args, payload: dict, text: str) -> None:
 
 
 def _cmd_demo_data(args) -> int:
-    from tasks.demo_data import write_demo_mimic
+    from privehr.io.demo_data import write_demo_mimic
 
     if args.out.exists() and not args.force:
         raise InputError(f"{args.out} exists; pass --force to overwrite it (raw inputs are never replaced silently).")
@@ -39,7 +39,7 @@ def _cmd_demo_data(args) -> int:
 
 
 def _cmd_demo_ehr(args) -> int:
-    from tasks.demo_data import write_demo_ehr
+    from privehr.io.demo_data import write_demo_ehr
 
     if args.out.exists() and not args.force:
         raise InputError(f"{args.out} exists; pass --force to overwrite it (raw inputs are never replaced silently).")
@@ -50,8 +50,8 @@ def _cmd_demo_ehr(args) -> int:
 
 
 def _cmd_expectations_build(args) -> int:
-    from privehr.specs import SPEC_DIR, load_ehr_spec, load_mimic_spec
-    from tasks.expectation_suites import EXPECTATIONS_DIR, ehr_suite, mimic_suites, write_suites
+    from privehr.core.specs import SPEC_DIR, load_ehr_spec, load_mimic_spec
+    from privehr.io.expectation_suites import EXPECTATIONS_DIR, ehr_suite, mimic_suites, write_suites
 
     if args.spec:  # a user's table spec: its suite goes beside it (or to --out), where validation looks for it
         specs = [load_ehr_spec(p) for p in args.spec]
@@ -74,7 +74,7 @@ def _cmd_expectations_build(args) -> int:
 
 
 def _cmd_spec_draft(args) -> int:
-    from tasks.spec_draft import DRAFT_WARNING, draft_spec, spec_yaml
+    from privehr.io.spec_draft import DRAFT_WARNING, draft_spec, spec_yaml
 
     spec, notes = draft_spec(args.table, args.name, args.max_categories)
     if args.target:
@@ -101,7 +101,7 @@ def _cmd_spec_draft(args) -> int:
 
 
 def _cmd_validate(args) -> int:
-    from privehr.config import StewardConfig
+    from privehr.core.config import StewardConfig
 
     try:
         config = StewardConfig.model_validate({
@@ -109,15 +109,15 @@ def _cmd_validate(args) -> int:
             "validation": {"spec": args.mimic_spec, "stop_on_critical": False}})
     except ValueError as err:
         raise InputError(f"invalid validate settings: {err}") from None
-    from tasks.versioning import pull_inputs
+    from privehr.tasks.versioning import pull_inputs
 
     pull_inputs.fn([str(p) for p in config.paths])  # a fresh clone: fetch versioned deliveries first
     missing = [str(p) for p in config.paths if not Path(p).exists()]
     if missing:  # before any run directory or server: nothing to validate
         raise InputError(f"delivery not found: {', '.join(missing)}; pass the path of each file to validate")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows.steward import validate
-    from tasks.validate import summary_markdown
+    from privehr.flows.steward import validate
+    from privehr.tasks.validate import summary_markdown
 
     result = validate(config)
     reports = {p: json.loads(Path(r).read_text()) for p, r in result["deliveries"].items()}
@@ -129,7 +129,7 @@ def _cmd_validate(args) -> int:
 
 
 def _cmd_ehr_prepare(args) -> int:
-    from privehr.config import EHRPrepareConfig
+    from privehr.core.config import EHRPrepareConfig
 
     try:
         mice = {k: v for k, v in {"m": args.m, "max_iter": args.iterations}.items() if v is not None}
@@ -139,7 +139,7 @@ def _cmd_ehr_prepare(args) -> int:
     except ValueError as err:
         raise InputError(f"invalid ehr-prepare settings: {err}") from None
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows.ehr_prepare import ehr_prepare
+    from privehr.flows.ehr_prepare import ehr_prepare
 
     result = ehr_prepare(config)
     s = json.loads(Path(result["imputation"]).read_text())
@@ -156,7 +156,7 @@ def _cmd_ehr_prepare(args) -> int:
 
 
 def _cmd_inspect(args) -> int:
-    from tasks.mimic_extract import inspect_extract
+    from privehr.io.mimic_extract import inspect_extract
 
     s = inspect_extract(args.path, args.window_hours, args.gap_hours)
     c = s["cohort"]
@@ -176,7 +176,7 @@ def _cmd_inspect(args) -> int:
 
 
 def _config_from(args):
-    from privehr.config import load_config
+    from privehr.core.config import load_config
 
     return load_config(args.config, getattr(args, "profile", "demo"), **{
         "data.hdf5_path": getattr(args, "data", None), "run_id": getattr(args, "run_id", None),
@@ -186,7 +186,7 @@ def _config_from(args):
 
 
 def _cmd_config(args) -> int:
-    from privehr.config import PipelineConfig
+    from privehr.core.config import PipelineConfig
 
     if args.schema:
         print(json.dumps(PipelineConfig.model_json_schema(), indent=2))
@@ -203,13 +203,13 @@ def _yaml(config) -> str:
 
 
 def _cmd_run(args) -> int:
-    from tasks.mimic_extract import check_extract
+    from privehr.io.mimic_extract import check_extract
 
     config = _config_from(args)
     if args.no_synthesis:
         config = config.model_copy(update={"synthesis": None})
     if config.versioning.dvc:  # a fresh clone: fetch the versioned inputs before checking them
-        from tasks.versioning import pull_inputs
+        from privehr.tasks.versioning import pull_inputs
 
         pull_inputs.fn([str(config.data.hdf5_path)] + ([str(config.synthesis.path)] if config.synthesis else []))
     check_extract(config.data.hdf5_path)  # fail fast, before Prefect starts
@@ -218,10 +218,10 @@ def _cmd_run(args) -> int:
                          "write the demo table with `privehr demo-data ehr --out data/ehr/EHR_dataset.csv`, point "
                          "synthesis.path at yours in --config, or pass --no-synthesis")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows.pipeline import on_dask, pipeline
-    from tasks.pages import page_url
-    from tasks.report import curve_check_lines, results_table
-    from tasks.stage_timing import timing_table
+    from privehr.flows.pipeline import on_dask, pipeline
+    from privehr.io.pages import page_url
+    from privehr.tasks.report import curve_check_lines, results_table
+    from privehr.tasks.stage_timing import timing_table
 
     flow = on_dask(args.dask_address, args.dask_workers) if (args.dask or args.dask_address) else pipeline
     summary = flow(config)
@@ -242,7 +242,7 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_privacy_ledger(args) -> int:
-    from tasks.privacy_ledger import ledger_totals, short_dataset
+    from privehr.io.privacy_ledger import ledger_totals, short_dataset
 
     config = _config_from(args)
     path = args.ledger or config.privacy.ledger_path
@@ -269,8 +269,8 @@ def _cmd_privacy_ledger(args) -> int:
 def _cmd_serve(args) -> int:
     import urllib.parse
 
-    from privehr.config import DEFAULT_PAGES_PORT
-    from tasks.pages import PRIVATE_PARTS, serve_artifacts
+    from privehr.core.config import DEFAULT_PAGES_PORT
+    from privehr.io.pages import PRIVATE_PARTS, serve_artifacts
 
     config = _config_from(args)
     root = config.artifacts_dir
@@ -300,7 +300,7 @@ def _cmd_serve(args) -> int:
 
 
 def _cmd_privacy_convert(args) -> int:
-    from models.budget_conversion import convert_budget
+    from privehr.models.budget_conversion import convert_budget
 
     try:
         out = convert_budget(sample_rate=args.sample_rate, steps=args.steps, delta=args.delta, sigma=args.sigma,
@@ -351,7 +351,7 @@ def _release_run_settings(args, flat: dict, nested: tuple = ()) -> dict:
 
 
 def _cmd_synthesize(args) -> int:
-    from privehr.config import SynthesisConfig
+    from privehr.core.config import SynthesisConfig
 
     raw = _release_run_settings(args, {"path": args.data, "spec": args.spec, "runs": args.runs,
                                        "releases": args.releases, "mus": args.mu, "epsilons": args.epsilon,
@@ -367,9 +367,9 @@ def _cmd_synthesize(args) -> int:
         config = SynthesisConfig.model_validate(raw)
     except ValueError as err:
         raise InputError(f"invalid synthesize settings: {err}") from None
-    from tasks.versioning import pull_inputs
+    from privehr.tasks.versioning import pull_inputs
 
-    from tasks.synthesis import check_synthesis_inputs
+    from privehr.tasks.synthesis import check_synthesis_inputs
 
     check_synthesis_inputs(config)  # targets, bounds, baselines: one line now, not after a budget is spent
     pull_inputs.fn([str(config.path)])  # a fresh clone: fetch the versioned table first
@@ -377,7 +377,7 @@ def _cmd_synthesize(args) -> int:
         raise InputError(f"EHR table not found: {config.path}; pass --data, or write the demo table with "
                          "`privehr demo-data ehr --out data/ehr/EHR_dataset.csv`")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows.synthesis import synthesize_ehr
+    from privehr.flows.synthesis import synthesize_ehr
 
     summary = synthesize_ehr(config, args.device)
     means = lambda key: ", ".join(f"{b} {v:.2f}" for b, v in summary[key].items())  # noqa: E731
@@ -393,7 +393,7 @@ def _cmd_synthesize(args) -> int:
 
 
 def _cmd_infer(args) -> int:
-    from privehr.inference_config import InferenceConfig
+    from privehr.core.inference_config import InferenceConfig
 
     raw = _release_run_settings(
         args, {"data_path": args.data, "model": args.model, "subjects": args.subjects, "mus": args.mu,
@@ -405,7 +405,7 @@ def _cmd_infer(args) -> int:
     except ValueError as err:
         raise InputError(f"invalid infer settings: {err}") from None
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows.private_inference import private_inference
+    from privehr.flows.private_inference import private_inference
 
     summary = private_inference(config, args.device)
     lines = [f"{summary['releases']} posterior(s) of {', '.join(summary['parameters'])}"]
@@ -423,7 +423,7 @@ def _cmd_infer(args) -> int:
 
 
 def _cmd_audit(args) -> int:
-    from privehr.config import AuditConfig
+    from privehr.core.config import AuditConfig
 
     try:
         config = AuditConfig.model_validate({"run_dir": args.run_dir, "shadows": args.shadows, "epsilon": args.epsilon,
@@ -431,7 +431,7 @@ def _cmd_audit(args) -> int:
     except ValueError as err:
         raise InputError(f"invalid audit settings: {err}") from None
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows.audit import audit
+    from privehr.flows.audit import audit
 
     report = audit(config)
     lines = [f"membership-inference audit of {args.run_dir} ({report['shadows']} shadows, "
@@ -459,7 +459,7 @@ def _add_release_run_options(parser: argparse.ArgumentParser, resumed: str) -> N
 def _parser() -> argparse.ArgumentParser:
     from typing import get_args
 
-    from privehr.config import DEFAULT_PAGES_PORT, Label
+    from privehr.core.config import DEFAULT_PAGES_PORT, Label
 
     parser = argparse.ArgumentParser(prog="privehr", description="privehr: learning from clinical data under "
                                      "differential privacy, orchestrated by Prefect and versioned with DVC.")
@@ -698,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = getattr(args, "debug", False)
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_SECONDS)
     if args.command in ORCHESTRATED and argv is None:  # a console command (not a call from Python): no orphans
-        from privehr.watchdog import watch
+        from privehr.cli.watchdog import watch
 
         watch()
     try:

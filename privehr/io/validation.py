@@ -27,14 +27,14 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from models import quarantine as q
-from models.hourly_profile import VariableProfile, stay_keys
-from privehr.errors import InputError
-from privehr.specs import EHRTableSpec, MimicExtractSpec
-from tasks.ehr_table import EHRTable, read_ehr_table
-from tasks.expectation_suites import ehr_suite_for, read_suite, suite_names
-from tasks.hdf5_fixed import FixedFrame
-from tasks.mimic_extract import _vitals_columns, check_extract, read_patients
+from privehr.models import quarantine as q
+from privehr.models.hourly_profile import VariableProfile, stay_keys
+from privehr.core.errors import InputError
+from privehr.core.specs import EHRTableSpec, MimicExtractSpec
+from privehr.io.ehr_table import EHRTable, read_ehr_table
+from privehr.io.expectation_suites import ehr_suite_for, read_suite, suite_names
+from privehr.io.hdf5_fixed import FixedFrame
+from privehr.io.mimic_extract import _vitals_columns, check_extract, read_patients
 
 __all__ = ["ValidationFailed", "validate_extract", "validate_ehr", "run_suites", "output_dirs", "failure_message",
            "EXCLUDED_STAYS"]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from models.ehr_simulator import simulate_ehr_table
-from models.severity_simulator import SimulatedExtract, simulate_extract
+from privehr.simulate.ehr_simulator import simulate_ehr_table
+from privehr.simulate.severity_simulator import SimulatedExtract, simulate_extract
 from privehr.resources import mimic_extract_variables
 
 __all__ = ["write_demo_mimic", "write_extract", "write_demo_ehr"]

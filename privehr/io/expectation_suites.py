@@ -14,12 +14,11 @@ from pathlib import Path
 import great_expectations as gx
 import great_expectations.expectations as gxe
 
-from privehr.specs import EHRTableSpec, MimicExtractSpec
+from privehr.core.specs import EXPECTATIONS_DIR, EHRTableSpec, MimicExtractSpec
 
 __all__ = ["EXPECTATIONS_DIR", "mimic_suites", "ehr_suite", "write_suites", "read_suite", "suite_names",
            "ehr_suite_for"]
 
-EXPECTATIONS_DIR = Path(__file__).resolve().parent.parent / "expectations"
 CRITICAL, WARNING = "critical", "warning"
 
 

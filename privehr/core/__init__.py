@@ -1,0 +1,1 @@
+"""The bottom layer: typed configuration, errors and table specs. Imports nothing else of privehr."""

@@ -1,0 +1,1 @@
+"""Test-only oracles: slow exact references the tests compare the models against (never shipped)."""
