@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from privehr.cli import main
+from privehr.tasks.methods import grid
 
 
 def test_help_lists_every_command(capsys):
@@ -75,7 +76,7 @@ def test_privacy_ledger_command_shows_not_dp_and_the_dp_only_total_in_strict_jso
     assert "DP releases alone (DP-only total): epsilon" in out and "no proven guarantee" in out
 
 
-def test_privacy_convert_reproduces_seed_002(capsys):
+def test_privacy_convert_reproduces_su_2023(capsys):
     assert main(["privacy", "convert", "--sigma", "7.36", "--sample-rate", "0.5", "--steps", "8000", "--delta", "0.01",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -119,7 +120,7 @@ def test_invalid_yaml_is_one_message_and_input_errors_leave_no_traceback(tmp_pat
 def test_input_error_log_records_lose_their_traceback_unless_debug(capsys):
     import logging
 
-    from privehr.cli import _input_errors_without_tracebacks
+    from privehr.cli.app import _input_errors_without_tracebacks
     from privehr.core.errors import InputError
 
     def record():
@@ -137,13 +138,13 @@ def test_input_error_log_records_lose_their_traceback_unless_debug(capsys):
 
 
 def test_a_server_that_does_not_start_in_time_is_one_message_naming_prefect_api_url(monkeypatch, capsys):
-    import privehr.cli as cli
+    from privehr.cli import app
 
     def slow_server(args):
         raise RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server.")
 
-    parser = cli._parser()
-    monkeypatch.setattr(cli, "_parser", lambda: parser)
+    parser = app.build_parser()
+    monkeypatch.setattr(app, "build_parser", lambda: parser)
     parser._subparsers._group_actions[0].choices["inspect"].set_defaults(func=slow_server)
     assert main(["inspect", "x.h5", "--json"]) == 2
     captured = capsys.readouterr()
@@ -195,11 +196,11 @@ def test_grud_expm_nf_cells_are_in_the_full_profile_only():
     from privehr.core.config import load_config
 
     def expm_models(config):
-        return {c.model for c in config.training.cells(config.labels) if c.method == "expm_nf"}
+        return {c.model for c in grid(config.training, config.labels) if c.method == "expm_nf"}
 
     demo, full = load_config(None, "demo"), load_config(None, "full")
     assert expm_models(demo) == {"logistic_regression"} and expm_models(full) == {"logistic_regression", "grud"}
-    assert {c.model for c in demo.training.cells(demo.labels) if c.method == "dp_sgd"} == {"logistic_regression", "grud"}
+    assert {c.model for c in grid(demo.training, demo.labels) if c.method == "dp_sgd"} == {"logistic_regression", "grud"}
     chosen = load_config(None, "demo", **{"training.expm_nf.models": ["grud"]})
     assert expm_models(chosen) == {"grud"}
 

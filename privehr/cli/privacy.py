@@ -1,0 +1,80 @@
+"""``privehr privacy ledger`` (the epsilon each dataset has spent, composed) and ``privehr privacy convert``
+(sigma <-> mu-GDP <-> (epsilon, delta) for Poisson-subsampled Gaussian steps)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from privehr.cli.common import config_from, emit
+from privehr.core.errors import InputError
+
+__all__ = ["add_privacy_parser"]
+
+
+def add_privacy_parser(sub, common: argparse.ArgumentParser) -> None:
+    privacy = sub.add_parser("privacy", help="privacy accounting")
+    privacy_sub = privacy.add_subparsers(dest="privacy_command", required=True)
+    ledger = privacy_sub.add_parser("ledger", parents=[common], help="the epsilon each dataset has spent, composed")
+    ledger.add_argument("--ledger", type=Path, help="ledger file (default: privacy.ledger_path of the config)")
+    ledger.add_argument("--delta", type=float, help="delta at which DP-SGD releases are composed (default: "
+                                                    "privacy.delta of the config)")
+    ledger.add_argument("--config", type=Path)
+    ledger.set_defaults(func=privacy_ledger)
+    convert = privacy_sub.add_parser("convert", parents=[common], help="sigma <-> mu-GDP <-> (epsilon, delta) for "
+                                     "T Poisson-subsampled Gaussian steps")
+    given = convert.add_mutually_exclusive_group(required=True)
+    given.add_argument("--sigma", type=float, help="noise multiplier")
+    given.add_argument("--mu", type=float, help="mu-GDP (the budgets of Su et al. 2023)")
+    given.add_argument("--epsilon", type=float, help="target epsilon (sigma calibrated by PRV and RDP)")
+    convert.add_argument("--sample-rate", type=float, required=True,
+                         help="Poisson sampling rate q as trained (synthesize records its effective q = "
+                              "1 / ceil(n / ceil(q n)) in each release)")
+    convert.add_argument("--steps", type=int, required=True, help="steps T")
+    convert.add_argument("--delta", type=float, default=1e-5)
+    convert.set_defaults(func=privacy_convert)
+
+
+def privacy_ledger(args) -> int:
+    from privehr.io.privacy_ledger import ledger_totals, short_dataset  # deferred for start-up time (torch, opacus)
+
+    config = config_from(args)
+    path = args.ledger or config.privacy.ledger_path
+    delta = args.delta if args.delta is not None else config.privacy.delta
+    totals = ledger_totals(path, delta)
+    payload = {"ledger": str(path), "delta": delta, "datasets": [t.as_dict() for t in totals]}
+    fmt = lambda v: "n/a" if v is None else f"{v:.4g}"  # noqa: E731
+    lines = [f"privacy ledger {path}: {len(totals)} dataset(s)"]
+    for t in totals:
+        guarantee = (f"DP, epsilon {t.epsilon_dp:.4g} at delta {t.delta:.2g}" if t.dp else
+                     f"NOT DP: {t.why_not_dp}")
+        lines += [f"  dataset {short_dataset(t.dataset)}: {t.releases} release(s) {t.counts}"
+                  + (f", {t.pending} reserved and not yet trained (counted)" if t.pending else ""),
+                  f"    total guarantee: {guarantee}",
+                  f"    DP releases alone (DP-only total): epsilon {t.epsilon_dp:.4g} at delta {t.delta:.2g}; "
+                  f"by accountant PRV {fmt(t.epsilon_dp_prv)}, RDP {fmt(t.epsilon_dp_rdp)}, PLD {fmt(t.epsilon_dp_pld)}"
+                  f" (other DP by basic composition: {t.epsilon_other_basic:.4g})"]
+        if t.unproven_epsilon_tilde:
+            lines.append(f"    ExpM+NF releases (no proven guarantee; epsilon~ {t.unproven_epsilon_tilde})")
+    emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def privacy_convert(args) -> int:
+    from privehr.models.budget_conversion import convert_budget  # deferred for start-up time (torch, opacus)
+
+    try:
+        out = convert_budget(sample_rate=args.sample_rate, steps=args.steps, delta=args.delta, sigma=args.sigma,
+                             mu=args.mu, epsilon=args.epsilon)
+    except (ValueError, RuntimeError) as err:
+        raise InputError(f"cannot convert: {err}") from None
+    fmt = lambda v: "n/a (accountant failed)" if v is None else f"{v:.4g}"  # noqa: E731
+    emit(args, out, "\n".join([
+        f"Poisson rate q = {out['sample_rate']:g}, T = {out['steps']} steps, delta = {out['delta']:g} "
+        f"(given: {out['given']})",
+        f"  noise multiplier sigma: {fmt(out['noise_multiplier'])}",
+        f"  mu-GDP (CLT):           {fmt(out['mu'])}",
+        f"  epsilon PRV (claimed):  {fmt(out['epsilon_prv'])}",
+        f"  epsilon RDP (bound):    {fmt(out['epsilon_rdp'])}",
+        f"  epsilon GDP (CLT; can underestimate): {fmt(out['epsilon_gdp'])}"]))
+    return 0
