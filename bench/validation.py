@@ -71,15 +71,16 @@ def _static_table(rows: int, seed: int = 0):
 
 
 def _mice(name: str, frame, trace: bool) -> dict:
-    from privehr.models.mice import multiple_imputation
+    from privehr.models.mice import MICEImputer
 
     t0 = time.perf_counter()
-    r = multiple_imputation(frame, m=5, max_iter=10, seed=0, trace=trace)
+    imputer = MICEImputer(m=5, max_iter=10, seed=0, trace=trace)
+    completed = imputer.fit_transform(frame)
     wall = time.perf_counter() - t0
-    return {"table": name, "rows": int(len(frame)), "columns": int(frame.shape[1]), "m": 5, "rounds": r.iterations,
+    return {"table": name, "rows": int(len(frame)), "columns": int(frame.shape[1]), "m": 5, "rounds": imputer.max_iter,
             "missing_fraction": float(frame.isna().mean().mean()), "wall_s": wall,
-            "traced": trace, "max_rhat": max(r.rhat.values()) if r.rhat else None,
-            "missing_after": int(sum(d.isna().sum().sum() for d in r.train))}
+            "traced": trace, "max_rhat": max(imputer.rhat_.values()) if imputer.rhat_ else None,
+            "missing_after": int(sum(d.isna().sum().sum() for d in completed))}
 
 
 def main() -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
 
 __all__ = ["HourlyFeaturizer", "HourlyFeatures", "flatten_for_linear"]
 
@@ -30,7 +32,7 @@ class HourlyFeatures:
     delta: np.ndarray
 
 
-class HourlyFeaturizer:
+class HourlyFeaturizer(TransformerMixin, BaseEstimator):
     """Standardise, impute and time-stamp hourly means; statistics fitted on training stays.
 
     Args:
@@ -39,6 +41,18 @@ class HourlyFeaturizer:
         mean_, std_: per-variable statistics of observed training cells (mean 0 / std 1 for a
             variable never observed in training; std 1 where it is 0).
         observed_fraction_: per-variable share of observed training cells.
+
+    ``fit`` and ``transform`` take (stays, hours, variables) arrays of hourly means and measurement counts;
+    ``transform`` applies the training statistics to any stays (here a held-out one):
+
+    >>> mean = np.array([[[1.0], [np.nan]], [[3.0], [5.0]]])  # 2 training stays x 2 hours x 1 variable
+    >>> f = HourlyFeaturizer().fit(mean, np.isfinite(mean))
+    >>> f.mean_.tolist(), f.std_.tolist()
+    ([3.0], [2.0])
+    >>> held_out = np.array([[[7.0], [np.nan]]])
+    >>> out = f.transform(held_out, np.isfinite(held_out))
+    >>> out.values[0, :, 0].tolist(), out.delta[0, :, 0].tolist()
+    ([2.0, 2.0], [0.0, 1.0])
     """
 
     def __init__(self, delta_fill: float = 100.0):
@@ -62,8 +76,8 @@ class HourlyFeaturizer:
         return self
 
     def transform(self, mean: np.ndarray, count: np.ndarray) -> HourlyFeatures:
-        if not hasattr(self, "mean_"):
-            raise RuntimeError("HourlyFeaturizer must be fitted on training stays before transform")
+        check_is_fitted(self, ("mean_", "std_"),
+                        msg="HourlyFeaturizer must be fitted on training stays before transform")
         mask = self._mask(mean, count)
         z = np.where(mask, (mean - self.mean_) / self.std_, np.nan)
         hours = np.arange(mean.shape[1])[None, :, None]

@@ -1,12 +1,16 @@
-"""MICE: multiple imputation by chained equations (van Buuren & Groothuis-Oudshoorn 2011; seed 002).
+"""MICE: multiple imputation by chained equations (van Buuren & Groothuis-Oudshoorn 2011), as Su et al. 2023 impute.
 
-Each of the m imputations runs scikit-learn's ``IterativeImputer(sample_posterior=True)`` with its
-own seed: every variable with missing values is regressed (Bayesian ridge) on all others in turn, and
-its missing entries are *drawn* from the posterior predictive, for ``max_iter`` rounds (a Gibbs-like
-chain). The training rows get the chain's last draws; the imputer is fitted on training rows only and
-its fitted equations are replayed on the other rows (``transform``), so no
-statistic of held-out rows enters the imputation model. Draws are truncated to each variable's
-[low, high] bounds.
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
+
+:class:`MICEImputer` holds m of scikit-learn's ``IterativeImputer(sample_posterior=True)``, each with its own
+seed: every variable with missing values is regressed (Bayesian ridge) on all others in turn, and its
+missing entries are *drawn* from the posterior predictive, for ``max_iter`` rounds (a Gibbs-like chain).
+``fit`` sees the training rows only and keeps the fitted imputers (``imputers_``); ``fit_transform``
+returns the chains' last draws of the training rows; ``transform`` replays the fitted equations on any
+rows (held-out or training) without refitting, so no statistic of held-out rows enters the imputation
+model. Draws are truncated to each variable's [low, high] bounds.
 
 Convergence: with posterior sampling scikit-learn has no stopping rule, so ``trace`` re-runs the
 chains for 1..max_iter rounds (same seeds, hence the same draws) and records the mean of the imputed
@@ -16,26 +20,18 @@ over the second half of the rounds across the m chains.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
 
 import numpy as np
 import pandas as pd
-from sklearn.experimental import enable_iterative_imputer  # noqa: F401  (registers the estimator)
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.experimental import enable_iterative_imputer
 from sklearn.impute import IterativeImputer
+from sklearn.utils.validation import check_is_fitted
 
-__all__ = ["MICEResult", "multiple_imputation", "gelman_rubin"]
+del enable_iterative_imputer  # imported for its side effect: it registers IterativeImputer
 
-
-@dataclass
-class MICEResult:
-    """``train`` / ``other``: m completed copies of the training rows and of the other rows."""
-
-    train: list[pd.DataFrame]
-    other: list[pd.DataFrame]
-    iterations: int
-    seeds: list[int]
-    trace: dict[str, list[list[float]]] = field(default_factory=dict)  # variable -> chain -> mean per round
-    rhat: dict[str, float] = field(default_factory=dict)
+__all__ = ["MICEImputer", "gelman_rubin"]
 
 
 def _imputer(max_iter: int, seed: int, low, high) -> IterativeImputer:
@@ -55,50 +51,108 @@ def gelman_rubin(chains: np.ndarray) -> float:
     return float(np.sqrt(((n - 1) / n * within + between / n) / within))
 
 
-def multiple_imputation(train: pd.DataFrame, other: pd.DataFrame | None = None, *, m: int = 5,
-                        max_iter: int = 10, seed: int = 0, bounds: dict | None = None,
-                        trace: bool = False) -> MICEResult:
-    """m completed copies of ``train`` (and of ``other``), imputed by a model fitted on ``train`` only.
+class MICEImputer(TransformerMixin, BaseEstimator):
+    """m chained-equation imputations fitted on training rows, replayed on any rows.
 
-    ``bounds`` maps a column to (low, high), None for open; every column of ``train`` must hold at
-    least one observed value (drop empty columns first: they cannot be imputed).
+    Args:
+        m: number of imputations (completed datasets), at least 1.
+        max_iter: rounds of each chain.
+        seed: imputation i uses seed ``seed * 1000 + i``.
+        bounds: column -> (low, high), None for an open side; draws are truncated to them.
+        trace: also record the per-round means of the imputed entries and their R-hat (costs
+            ``max_iter`` extra fits per chain).
+    Attributes (after ``fit``):
+        imputers_: the m fitted ``IterativeImputer`` (never refitted by ``transform``).
+        seeds_: their seeds.
+        feature_names_in_, n_features_in_: the training columns (``transform`` selects them by name).
+        trace_: variable -> chain -> mean of its imputed training entries per round ({} unless ``trace``).
+        rhat_: variable -> Gelman-Rubin R-hat over the second half of the rounds ({} unless ``trace``).
+
+    ``fit_transform(train)`` returns the chains' last draws of the training rows (what the fitted equations
+    were estimated with); ``transform`` draws anew from the fitted equations, starting each call from the
+    random state the chain ended in, so equal inputs give equal outputs. Every column of the training
+    rows needs an observed value.
+
+    >>> train = pd.DataFrame({"a": [1.0, 2.0, np.nan, 4.0, 5.0], "b": [2.0, 4.0, 6.0, 8.0, 10.0]})
+    >>> mice = MICEImputer(m=2, max_iter=3, seed=0, bounds={"a": (0.0, 6.0)}).fit(train)
+    >>> done = mice.transform(pd.DataFrame({"a": [np.nan], "b": [7.0]}))
+    >>> len(mice.imputers_), [bool(0 <= d.loc[0, "a"] <= 6) for d in done]
+    (2, [True, True])
     """
-    if m < 1:
-        raise ValueError("m must be at least 1")
-    empty = [c for c in train.columns if train[c].isna().all()]
-    if empty:
-        raise ValueError(f"columns {empty} have no observed training value and cannot be imputed; drop them")
-    bounds = bounds or {}
-    low = np.array([bounds.get(c, (None, None))[0] for c in train.columns], dtype=float)
-    high = np.array([bounds.get(c, (None, None))[1] for c in train.columns], dtype=float)
-    low, high = np.nan_to_num(low, nan=-np.inf), np.nan_to_num(high, nan=np.inf)
-    other = other if other is not None else train.iloc[:0]
-    seeds = [seed * 1000 + i for i in range(m)]
-    completed_train, completed_other = [], []
-    for s in seeds:
-        imputer = _imputer(max_iter, s, low, high)
-        completed_train.append(pd.DataFrame(imputer.fit_transform(train.to_numpy(dtype=float)),  # the chain's draws
-                                            index=train.index, columns=train.columns))
-        completed_other.append(pd.DataFrame(imputer.transform(other.to_numpy(dtype=float)) if len(other)
-                                            else np.empty((0, train.shape[1])),
-                                            index=other.index, columns=train.columns))
-    result = MICEResult(completed_train, completed_other, max_iter, seeds)
-    if trace:
-        _trace(result, train, low, high)
-    return result
+
+    def __init__(self, m: int = 5, max_iter: int = 10, seed: int = 0, bounds: dict | None = None,
+                 trace: bool = False):
+        self.m = m
+        self.max_iter = max_iter
+        self.seed = seed
+        self.bounds = bounds
+        self.trace = trace
+
+    def fit(self, X: pd.DataFrame, y=None) -> "MICEImputer":
+        """Fit the m imputers on the training rows ``X``."""
+        self._fit(X)
+        return self
+
+    def fit_transform(self, X: pd.DataFrame, y=None) -> list[pd.DataFrame]:
+        """Fit on ``X`` and return its m completed copies (each chain's last draws)."""
+        return self._fit(X)
+
+    def transform(self, X: pd.DataFrame) -> list[pd.DataFrame]:
+        """m completed copies of ``X`` (any rows holding the training columns), by the fitted imputers."""
+        check_is_fitted(self, "imputers_")
+        absent = [c for c in self.feature_names_in_ if c not in X.columns]
+        if absent:
+            raise ValueError(f"columns {absent} were fitted but are missing from the frame to impute")
+        part = X[list(self.feature_names_in_)]
+        x = part.to_numpy(dtype=float)
+        return [pd.DataFrame(_replay(imputer, x) if len(part) else np.empty((0, self.n_features_in_)),
+                             index=part.index, columns=part.columns) for imputer in self.imputers_]
+
+    def _fit(self, train: pd.DataFrame) -> list[pd.DataFrame]:
+        if self.m < 1:
+            raise ValueError("m must be at least 1")
+        empty = [c for c in train.columns if train[c].isna().all()]
+        if empty:
+            raise ValueError(f"columns {empty} have no observed training value and cannot be imputed; drop them")
+        bounds = self.bounds or {}
+        low = np.array([bounds.get(c, (None, None))[0] for c in train.columns], dtype=float)
+        high = np.array([bounds.get(c, (None, None))[1] for c in train.columns], dtype=float)
+        low, high = np.nan_to_num(low, nan=-np.inf), np.nan_to_num(high, nan=np.inf)
+        x = train.to_numpy(dtype=float)
+        seeds = [self.seed * 1000 + i for i in range(self.m)]
+        imputers, completed = [], []
+        for s in seeds:
+            imputer = _imputer(self.max_iter, s, low, high)
+            completed.append(pd.DataFrame(imputer.fit_transform(x), index=train.index,  # the chain's draws
+                                          columns=train.columns))
+            imputers.append(imputer)
+        self.imputers_, self.seeds_ = imputers, seeds
+        self.feature_names_in_ = np.asarray(train.columns, dtype=object)
+        self.n_features_in_ = train.shape[1]
+        self.trace_, self.rhat_ = _trace(x, train.columns, seeds, self.max_iter, low, high) if self.trace else ({}, {})
+        return completed
 
 
-def _trace(result: MICEResult, train: pd.DataFrame, low, high) -> None:
-    x = train.to_numpy(dtype=float)
+def _replay(imputer: IterativeImputer, x: np.ndarray) -> np.ndarray:
+    """``imputer.transform(x)`` on a copy holding a copy of its random state: the fitted imputer stays as it is."""
+    replay = copy.copy(imputer)  # shares the fitted equations, which transform only reads
+    replay.random_state_ = copy.deepcopy(imputer.random_state_)
+    return replay.transform(x)
+
+
+def _trace(x: np.ndarray, columns: pd.Index, seeds: list[int], iterations: int, low, high) -> tuple[dict, dict]:
+    """(variable -> chain -> mean of its imputed entries per round, variable -> R-hat of the second half)."""
     missing = np.isnan(x)
-    columns = [j for j in range(x.shape[1]) if missing[:, j].any()]
-    means = np.full((len(result.seeds), result.iterations, len(columns)), np.nan)
-    for i, s in enumerate(result.seeds):
-        for k in range(1, result.iterations + 1):
+    imputed = [j for j in range(x.shape[1]) if missing[:, j].any()]
+    means = np.full((len(seeds), iterations, len(imputed)), np.nan)
+    for i, s in enumerate(seeds):
+        for k in range(1, iterations + 1):
             filled = _imputer(k, s, low, high).fit_transform(x)
-            means[i, k - 1] = [filled[missing[:, j], j].mean() for j in columns]
-    half = result.iterations // 2
-    for n, j in enumerate(columns):
-        name = str(train.columns[j])
-        result.trace[name] = means[:, :, n].tolist()
-        result.rhat[name] = gelman_rubin(means[:, half:, n])
+            means[i, k - 1] = [filled[missing[:, j], j].mean() for j in imputed]
+    half = iterations // 2
+    trace, rhat = {}, {}
+    for n, j in enumerate(imputed):
+        name = str(columns[j])
+        trace[name] = means[:, :, n].tolist()
+        rhat[name] = gelman_rubin(means[:, half:, n])
+    return trace, rhat

@@ -12,8 +12,8 @@ from privehr.models.cohort import LABELS
 from privehr.models.hourly_features import HourlyFeaturizer
 from privehr.models.patient_split import SPLITS
 from privehr.core.errors import InputError
+from privehr.core.run_layout import RunLayout
 from privehr.tasks.cohort import load_cohort
-from privehr.tasks.run_directory import INTERMEDIATE
 from privehr.tasks.run_logging import run_logger
 from privehr.tasks.split import load_manifest
 
@@ -32,7 +32,8 @@ def build_features(cohort_path: str, manifest_path: str, run_dir: str) -> str:
                          "a larger input file or other split fractions.")
     train = members["train"]
     featurizer = HourlyFeaturizer().fit(data["mean"][train], data["count"][train])
-    out_dir = Path(run_dir) / INTERMEDIATE
+    run = RunLayout(run_dir)
+    out_dir = run.intermediate
     for split in SPLITS:
         idx = members[split]
         feats = featurizer.transform(data["mean"][idx], data["count"][idx])
@@ -43,7 +44,7 @@ def build_features(cohort_path: str, manifest_path: str, run_dir: str) -> str:
               "variables": data["variables"].tolist(), "mean": featurizer.mean_.tolist(),
               "std": featurizer.std_.tolist(), "observed_fraction": featurizer.observed_fraction_.tolist(),
               "note": "aggregate statistics of training stays; computed outside any DP guarantee"}
-    (Path(run_dir) / "featurizer.json").write_text(json.dumps(fitted))
+    run.featurizer.write_text(json.dumps(fitted))
     run_logger().info("features: fitted on %d training stays, %d variables", train.sum(), len(fitted["variables"]))
     return str(out_dir)
 

@@ -9,20 +9,19 @@ convergence, bound checks, Rubin-pooled example estimates). Patient-level files 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from prefect import task
 
 from privehr.models.derived_columns import add_derived
-from privehr.models.mice import multiple_imputation
+from privehr.models.mice import MICEImputer
 from privehr.models.patient_split import split_subjects
 from privehr.models.rubins_rules import pool
 from privehr.core.config import EHRPrepareConfig
+from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_ehr_spec
 from privehr.io.ehr_table import check_derived_sources, drop_by_missingness, read_ehr_table
-from privehr.tasks.run_directory import INTERMEDIATE
 from privehr.tasks.run_logging import run_logger
 
 __all__ = ["impute_ehr"]
@@ -67,12 +66,13 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
     bounds = {a.name: a.code_range() for a in spec.attributes if a.name in frame}
     whole = [a.name for a in spec.attributes if a.name in frame and (a.discrete or a.kind == "integer")]
     mice = config.mice
-    result = multiple_imputation(train, test, m=mice.m, max_iter=mice.max_iter, seed=mice.seed, bounds=bounds,
-                                 trace=mice.trace)
-    out = Path(run_dir) / INTERMEDIATE / "imputed"
+    imputer = MICEImputer(m=mice.m, max_iter=mice.max_iter, seed=mice.seed, bounds=bounds, trace=mice.trace)
+    imputed = {"train": imputer.fit_transform(train), "test": imputer.transform(test)}  # fitted on train only
+    run = RunLayout(run_dir)
+    out = run.imputed
     out.mkdir(parents=True, exist_ok=True)
     completed = {"train": [], "test": []}
-    for i, (tr, te) in enumerate(zip(result.train, result.other)):
+    for i, (tr, te) in enumerate(zip(imputed["train"], imputed["test"])):
         for name, part in (("train", tr), ("test", te)):
             part = _whole_numbers(part, whole, bounds)
             full = add_derived(part, spec.derived)
@@ -81,8 +81,8 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
     within = all(((f[c] >= (-np.inf if lo is None else lo)) & (f[c] <= (np.inf if hi is None else hi))).all()
                  for part in completed.values() for f in part for c, (lo, hi) in bounds.items())
     summary = {
-        "spec": spec.name, "input": str(config.path), "m": mice.m, "iterations": result.iterations,
-        "seeds": result.seeds, "estimator": "IterativeImputer(BayesianRidge, sample_posterior=True)",
+        "spec": spec.name, "input": str(config.path), "m": mice.m, "iterations": imputer.max_iter,
+        "seeds": imputer.seeds_, "estimator": "IterativeImputer(BayesianRidge, sample_posterior=True)",
         "fitted_on": "training patients only", "patients": {"train": int(len(train)), "test": int(len(test))},
         "attributes": list(frame.columns), "derived": [d.name for d in spec.derived],
         "decisions": decisions,
@@ -90,12 +90,12 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
                            "test": {c: int(n) for c, n in test.isna().sum().items()}},
         "missing_after": int(sum(f.isna().sum().sum() for part in completed.values() for f in part)),
         "within_bounds": bool(within), "truncation": "draws truncated to the spec's physiological bounds",
-        "convergence": {"rhat": result.rhat, "trace_rounds": result.iterations if result.trace else 0,
-                        "max_rhat": float(np.nanmax(list(result.rhat.values()))) if result.rhat else None},
+        "convergence": {"rhat": imputer.rhat_, "trace_rounds": imputer.max_iter if imputer.trace_ else 0,
+                        "max_rhat": float(np.nanmax(list(imputer.rhat_.values()))) if imputer.rhat_ else None},
         "pooled_train": {c: _pooled(completed["train"], c) for c in [d.name for d in spec.derived]},
         "files": sorted(str(p) for p in out.glob("*.csv")),
     }
-    path = Path(run_dir) / "imputation.json"
+    path = run.imputation
     path.write_text(json.dumps(summary, indent=2))
     run_logger().info("impute: %d datasets x %d attributes, fitted on the training patients; complete after: %s",
                       mice.m, frame.shape[1], summary["missing_after"] == 0)

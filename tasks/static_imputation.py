@@ -9,19 +9,18 @@ only and replays them on dev and test; draws are truncated to the spec's valid r
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from prefect import task
 
-from privehr.models.mice import multiple_imputation
+from privehr.models.mice import MICEImputer
 from privehr.models.static_table import static_table
 from privehr.core.config import StaticImputationConfig
+from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_mimic_spec
 from privehr.tasks.cohort import load_cohort
 from privehr.io.mimic_extract import read_patients
-from privehr.tasks.run_directory import INTERMEDIATE
 from privehr.tasks.run_logging import run_logger
 from privehr.tasks.split import load_manifest
 
@@ -43,23 +42,26 @@ def impute_static_table(hdf5_path: str, cohort_path: str, manifest_path: str, ru
     bounds = {f"{name} (24h mean)": (b.valid_low, b.valid_high) for name, b in spec.bounds().items()}
     bounds["age"] = (15.0, 120.0)
     others = pd.concat([parts["dev"][kept], parts["test"][kept]])
-    result = multiple_imputation(parts["train"][kept], others, m=config.m, max_iter=config.max_iter, seed=config.seed,
-                                 bounds=bounds, trace=config.trace)
-    out = Path(run_dir) / INTERMEDIATE / "static_imputed"
+    imputer = MICEImputer(m=config.m, max_iter=config.max_iter, seed=config.seed, bounds=bounds, trace=config.trace)
+    train_done = imputer.fit_transform(parts["train"][kept])  # fitted on the training stays only
+    others_done = imputer.transform(others)  # dev and test, by the training stays' imputers
+    run = RunLayout(run_dir)
+    out = run.static_imputed
     out.mkdir(parents=True, exist_ok=True)
-    for i, (train, rest) in enumerate(zip(result.train, result.other)):
+    for i, (train, rest) in enumerate(zip(train_done, others_done)):
         train.to_csv(out / f"train_{i}.csv")
         for split in ("dev", "test"):
             rest.loc[parts[split].index].to_csv(out / f"{split}_{i}.csv")
-    summary = {"m": config.m, "iterations": result.iterations, "seeds": result.seeds,
+    summary = {"m": config.m, "iterations": imputer.max_iter, "seeds": imputer.seeds_,
                "fitted_on": "training stays only",
                "stays": {s: int(len(p)) for s, p in parts.items()}, "columns_kept": kept,
                "dropped": {"rule": f"missing in more than {config.max_missing_fraction:.0%} of training stays",
                            "columns": dropped},
                "missing_before": {s: int(p[kept].isna().sum().sum()) for s, p in parts.items()},
-               "missing_after": int(sum(f.isna().sum().sum() for f in result.train + result.other)),
-               "rhat": result.rhat, "max_rhat": float(np.nanmax(list(result.rhat.values()))) if result.rhat else None}
-    path = Path(run_dir) / "static_imputation.json"
+               "missing_after": int(sum(f.isna().sum().sum() for f in train_done + others_done)),
+               "rhat": imputer.rhat_,
+               "max_rhat": float(np.nanmax(list(imputer.rhat_.values()))) if imputer.rhat_ else None}
+    path = run.static_imputation
     path.write_text(json.dumps(summary, indent=2))
     run_logger().info("impute-static-table: %d datasets, %d columns kept of %d, %d values missing after",
                       config.m, len(kept), table.shape[1], summary["missing_after"])

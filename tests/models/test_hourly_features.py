@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from sklearn.exceptions import NotFittedError
 
 from privehr.models.hourly_features import HourlyFeaturizer, flatten_for_linear
 
@@ -53,5 +54,21 @@ def test_flatten_for_linear_shape():
 
 
 def test_transform_before_fit_is_refused():
-    with pytest.raises(RuntimeError, match="fitted"):
+    with pytest.raises(NotFittedError, match="fitted"):
         HourlyFeaturizer().transform(np.zeros((1, 1, 1)), np.zeros((1, 1, 1)))
+
+
+def test_transform_leaves_the_fitted_statistics_alone_and_clone_unfits():
+    from sklearn.base import clone
+
+    rng = np.random.default_rng(1)
+    mean = rng.normal(5, 2, (10, 4, 2))
+    count = (rng.random((10, 4, 2)) < 0.7).astype(np.float32)
+    f = HourlyFeaturizer(delta_fill=50.0).fit(mean, count)
+    state = (f.mean_.copy(), f.std_.copy(), f.observed_fraction_.copy())
+    f.transform(mean + 1000, np.ones_like(count))  # other stays' values: the statistics do not move
+    for before, after in zip(state, (f.mean_, f.std_, f.observed_fraction_)):
+        np.testing.assert_array_equal(before, after)
+    twin = clone(f)
+    assert twin.get_params() == {"delta_fill": 50.0} and not hasattr(twin, "mean_")
+    np.testing.assert_array_equal(twin.fit_transform(mean, count).values, f.transform(mean, count).values)
