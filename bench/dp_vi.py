@@ -1,4 +1,4 @@
-"""Report: private posterior inference, seed 002 Section 4 (Tables 6 and 7) beside the paper's numbers.
+"""Report: private posterior inference, Su et al. 2023, Section 4 (Tables 6 and 7) beside the paper's numbers.
 
     python bench/dp_vi.py [--device auto] [--runs 5] [--steps 8000] [--datasets 5] [--subjects 6000]
                           [--mus 6.68 1.12 0.50 0.27] [--temperature 0.1] [--out bench/results/dp_vi_<device>.json]
@@ -46,8 +46,8 @@ from privehr.tasks.private_inference import mu_plan, vi_hyperparameters  # noqa:
 from privehr.tasks.inference_report import format_cell, versus_exact  # noqa: E402
 from privehr.tasks.synthesis import density_hyperparameters  # noqa: E402
 
-# seed 002: Table 6 (DP-NF-VI) and Table 7 (VI on DP synthetic data); columns: exact, NF-VI, mu 6.68 1.12 0.5 0.27;
-# each entry "mean" or (mean, SD over 5 runs)
+# Su et al. 2023: Table 6 (DP-NF-VI) and Table 7 (VI on DP synthetic data); columns: exact, NF-VI,
+# mu 6.68 1.12 0.5 0.27; each entry "mean" or (mean, SD over 5 runs)
 PAPER = {
     "exact": {"mean": [0.1581, 1.0022, 0.8262, -1.1909, 0.6088], "sd": [0.0265, 0.0036, 0.0179, 0.0151, 0.0192]},
     "nf_vi": {"mean": [0.1593, 1.0016, 0.8265, -1.1920, 0.6092], "sd": [0.0255, 0.0036, 0.0174, 0.0151, 0.0191]},
@@ -113,7 +113,7 @@ def _paper(table: str, mu: str, key: str, i: int) -> str:
 
 
 def markdown(paths: list[Path]) -> str:
-    """README tables from result files: seed 002's Tables 6 and 7, ours beside the paper's."""
+    """README tables from result files: Tables 6 and 7 of Su et al. 2023, ours beside the paper's."""
     columns, mus = {}, []
     for path in paths:
         result = json.loads(Path(path).read_text())
@@ -141,13 +141,13 @@ def markdown(paths: list[Path]) -> str:
                 if table:
                     paper = [f"{PAPER['exact'][key][i]:.3f}", f"{PAPER['nf_vi'][key][i]:.3f}"]
                     paper += [_paper(table, f"{mu:g}", key, i) for mu in mus if f"{mu:g}" in PAPER[table]]
-                    lines.append(f"| beta{i} {label}, seed 002 | " + " | ".join(paper) + " |")
+                    lines.append(f"| beta{i} {label}, Su et al. 2023 | " + " | ".join(paper) + " |")
         corr = [_fmt(exact_runs, "correlation", (0, 3)), _fmt(nf, "correlation", (0, 3))]
         corr += [_fmt(columns[k]["runs"], "correlation", (0, 3)) if k in columns else "" for k in keys]
         lines.append("| corr(beta0, beta3), privehr | " + " | ".join(corr) + " |")
         if table:
             pc = PAPER["corr_beta0_beta3"]
-            lines.append("| corr(beta0, beta3), seed 002 | " + " | ".join(
+            lines.append("| corr(beta0, beta3), Su et al. 2023 | " + " | ".join(
                 [f"{pc['exact']:.3f}", f"{pc['nf_vi']:.3f}"] + [f"{pc[table][f'{mu:g}']:.3f}" for mu in mus
                                                                if f"{mu:g}" in pc[table]]) + " |")
         if exact:

@@ -5,8 +5,8 @@ faster than functorch).
 
     python bench/dpnf_grad_sampler.py [--steps 20] [--repeats 5] [--device auto]
 
-Shapes: seed 002's EHR model (19 attributes, 15 blocks x 200 hidden, batch 31 = q 0.5 of 62) and a
-larger table (10 attributes, 5 blocks x 2 x 100 hidden as seed 001, batch 512). Each mode: Opacus
+Shapes: the EHR model of Su et al. 2023 (19 attributes, 15 blocks x 200 hidden, batch 31 = q 0.5 of 62) and a
+larger table (10 attributes, 5 blocks x 2 x 100 hidden as Waites & Cummings 2021, batch 512). Each mode: Opacus
 ``train_density`` with Poisson sampling, sigma 1, C 1; median seconds per step after warm-up; the
 modes interleave so drift on a noisy machine hits them alike. Prints JSON, writes
 bench/results/dpnf_grad_sampler_<device>.json.
@@ -33,8 +33,8 @@ from privehr.models.maf import MAF  # noqa: E402
 from privehr.models.randomness import NoiseSource  # noqa: E402
 from privehr.models.release_plan import ReleasePlan  # noqa: E402
 
-SHAPES = [{"name": "seed002_ehr", "features": 19, "blocks": 15, "hidden": 200, "layers": 1, "n": 62, "batch": 31},
-          {"name": "seed001_lifesci", "features": 10, "blocks": 5, "hidden": 100, "layers": 2, "n": 24000,
+SHAPES = [{"name": "su2023_ehr", "features": 19, "blocks": 15, "hidden": 200, "layers": 1, "n": 62, "batch": 31},
+          {"name": "waites2021_lifesci", "features": 10, "blocks": 5, "hidden": 100, "layers": 2, "n": 24000,
            "batch": 512}]
 
 
@@ -44,7 +44,7 @@ def _timed(shape: dict, mode: str, device: torch.device, steps: int) -> float:
     torch.manual_seed(0)
     flow = MAF(shape["features"], shape["blocks"], shape["hidden"], shape["layers"]).to(device)
     x = torch.randn(shape["n"], shape["features"], generator=torch.Generator().manual_seed(1)).to(device)
-    hp = DensityHyperparameters(batch_size=shape["batch"], steps=steps)
+    hp = DensityHyperparameters(batch_size=shape["batch"], steps=steps, learning_rate=1e-3, validation_fraction=0.0)
     plan = None if mode == "non_private" else ReleasePlan.for_noise(
         shape["n"], shape["batch"] / shape["n"], steps, noise_multiplier=1.0, delta=1e-5)
     start = time.perf_counter()

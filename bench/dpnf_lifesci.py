@@ -1,18 +1,18 @@
-"""Report: DP-NF density estimation on Life Science (seed 001 Table 1 and Fig. 2) and anomaly detection
-(seed 001 Section 5), beside the paper's numbers.
+"""Report: DP-NF density estimation on Life Science (Waites & Cummings 2021, Table 1 and
+Fig. 2) and anomaly detection (Section 5), beside the paper's numbers.
 
     python bench/dpnf_lifesci.py [--lifesci ../shared/reference_data/lifesci/lifesci.csv] [--splits 2]
                                  [--steps 2000] [--batch 256] [--dp-ad-partitions 10]
 
 * Density: random 90/10 splits of the 26,733 x 10 features (the label a10 is not modelled);
-  standardised with the training split's mean and sd (seed 001's code; outside the guarantee);
+  standardised with the training split's mean and sd (the code of Waites & Cummings 2021; outside the guarantee);
   a MAF (5 blocks, 2 x 64 hidden) by DP-SGD with sigma calibrated so that PRV and RDP both give
-  epsilon <= 0.5, 1, 2, 4 at delta = 1.52e-5 (seed 001 used GDP, which is looser in the other
+  epsilon <= 0.5, 1, 2, 4 at delta = 1.52e-5 (Waites & Cummings 2021 used GDP, which is looser in the other
   direction: its epsilon of our sigma is printed too), plus a non-private flow. Reported: the mean
   held-out log-likelihood per epsilon, mean +- sd over splits.
 * Utility (Fig. 2): k-NN (k = 3) predicting the last feature from the other nine, fitted on as many
   synthetic rows as training rows, MSE on the real test split; baseline fitted on the real training rows.
-* Anomaly detection (first split): seed 001's tail anomalies (as many as test rows); AUROC of the
+* Anomaly detection (first split): the tail anomalies of Waites & Cummings 2021 (as many as test rows); AUROC of the
   likelihood threshold of each DP flow; DP-AD (Algorithm 2) with k non-private flows on disjoint
   partitions, ROC traced by the threshold, at epsilon per answer 0.1, 1, 5.
 Writes bench/results/dpnf_lifesci.json and dpnf_lifesci_roc.png.
@@ -81,12 +81,13 @@ def main() -> None:
         mean, sd = train.mean(0), train.std(0)
         train, test = (train - mean) / sd, (test - mean) / sd
         x_train = torch.tensor(train, dtype=torch.float32)
-        hp = DensityHyperparameters(learning_rate=args.lr, batch_size=args.batch, steps=args.steps, seed=split)
+        hp = DensityHyperparameters(learning_rate=args.lr, batch_size=args.batch, steps=args.steps, seed=split,
+                                    validation_fraction=0.0)
         anomalies = tail_anomalies(test, len(test), rng)
         knn_real = knn_mse(train[:, :9], train[:, 9], test[:, :9], test[:, 9])
         for epsilon in budgets:
-            plan = None if epsilon is None else ReleasePlan.for_steps(
-                len(train), args.batch / len(train), args.steps, kind="epsilon", value=epsilon, delta=DELTA)
+            plan = None if epsilon is None else ReleasePlan.for_epsilon(
+                len(train), args.batch / len(train), args.steps, target_epsilon=epsilon, delta=DELTA)
             sigma, q = (None, None) if plan is None else (plan.noise_multiplier, plan.sample_rate)
             flow = _flow(split)
             release = train_density(flow, x_train, hp, plan, NoiseSource.secret())
@@ -114,7 +115,8 @@ def main() -> None:
                 idx = np.flatnonzero(partition == i)
                 flow = _flow(100 + i)
                 train_density(flow, x_train[idx], DensityHyperparameters(learning_rate=args.lr, batch_size=args.batch,
-                                                                         steps=args.steps // 2, seed=100 + i))
+                                                                         steps=args.steps // 2, seed=100 + i,
+                                                                         validation_fraction=0.0))
                 flows.append(flow)
             votes_normal = np.stack([_log_probs(f, test) for f in flows])
             votes_anomalous = np.stack([_log_probs(f, anomalies) for f in flows])
@@ -129,8 +131,8 @@ def main() -> None:
         sigma=("sigma", "mean")).reset_index()
     wall = time.perf_counter() - start
     print(f"\nLife Science, {args.splits} splits, T = {args.steps}, batch {args.batch}, {wall:.0f} s on {os.cpu_count()} cores")
-    print("epsilon | privehr test LL (PRV eps <= target) | seed 001 DP-NF (GDP) | seed 001 DP-MoG (MA) | sigma | "
-          "GDP eps of sigma | kNN MSE synthetic (real)")
+    print("epsilon | privehr test LL (PRV eps <= target) | Waites & Cummings 2021 DP-NF (GDP) | "
+          "Waites & Cummings 2021 DP-MoG (MA) | sigma | GDP eps of sigma | kNN MSE synthetic (real)")
     for _, r in table.iterrows():
         eps = r["epsilon_target"]
         paper = ("-", "-") if pd.isna(eps) else (PAPER["dp_nf_gdp"][PAPER["epsilons"].index(eps)],

@@ -3,7 +3,7 @@
     python bench/expm_nf.py [--n 15313] [--samples 256] [--device auto]
 
 1. u(theta) for N = 256 parameter vectors of logistic regression on a feature matrix of the full
-   size (15,313 training stays x 7,488 features, seed 000's split; values drawn with the mask's 89 %
+   size (15,313 training stays x 7,488 features, the split of Bridges et al. 2023; values drawn with the mask's 89 %
    zeros, since only the shape matters for speed): batched (one GEMM) vs a loop over theta.
    Goal (issue 5): >= 50x.
 2. Throughput of the batched utility in FLOP/s (2 N n D per evaluation) as a fraction of the machine's

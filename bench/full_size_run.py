@@ -53,6 +53,7 @@ print(json.dumps({"flow_wall_s": wall, "peak_rss_mb": int(hwm) / 1024, "stage_se
 def projections(stage_seconds: dict, per_kind: dict[tuple[str, str], list[float]]) -> dict:
     """The nightly deployment's and the full profile's time, from the measured median seconds per fit."""
     from privehr.core.config import PipelineConfig, load_config
+    from privehr.tasks.methods import grid, seeds_of
 
     concurrent = 2  # privehr.tasks.compute.CONCURRENT_FITS fits share the cores
     data_stages = sum(v for k, v in stage_seconds.items() if k not in ("search", "fit (after the last search)"))
@@ -68,9 +69,9 @@ def projections(stage_seconds: dict, per_kind: dict[tuple[str, str], list[float]
                              / (base.steps * (base.grud_samples if m == "grud" else base.samples)),
                              e.eval_samples / base.eval_samples) for m in ("logistic_regression", "grud")}
         counts: dict[tuple[str, str], dict] = defaultdict(lambda: {"fits": 0, "search_trials": 0})
-        for cell in training.cells(config.labels):
+        for cell in grid(training, config.labels):
             c = counts[(cell.model, cell.method)]
-            c["fits"] += training.seeds_for(cell)
+            c["fits"] += seeds_of(cell, training)
             # one configuration: DP-SGD and ExpM+NF take it untried, non-private trains it once to pick the epochs
             c["search_trials"] += (training.search_budget if training.search_budget > 1 or cell.method == "non_private"
                                    else 0)

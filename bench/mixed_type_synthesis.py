@@ -15,7 +15,7 @@ training patients at each (epsilon, delta = 1e-5), each synthesizer with privehr
 ``SynthesisConfig`` defaults: DP-HFlow with per-layer clipping, the MAF with bounds scaling, AIM and MST
 through private-pgm on 16-bin numeric columns) samples as many rows as training patients. Every table
 is decoded to the spec (categories, integers, bounds) and evaluated against the real patients the way
-seed 004 reports it: TSTR with the nine-classifier panel (mean AUROC, macro-F1, average precision; tested
+Lee et al. 2022 report it: TSTR with the nine-classifier panel (mean AUROC, macro-F1, average precision; tested
 on the 25 %), Kendall-tau matrix RMSE and MAE, mean TV of discrete columns, mean KS of numeric ones, and
 the share of invalid values (before decoding, for the MAF's raw output). Train-on-real is the same panel
 fitted on the training patients. Wall time per fit. Prints one JSON document (also written to ``--out``).

@@ -5,7 +5,7 @@
 1. Seconds per DP-SGD step of GRU-D by Opacus's hooks (the demo's shape: 24 h x 104 variables, hidden
    32, expected batch 128) with Opacus's plain noise (one Gaussian per coordinate) and with the secure-mode noise
    privehr uses (four Gaussians summed, Holohan and Braghin 2021), interleaved, medians; and the same
-   for the DP-NF ghost-clipping step (seed 002's MAF shape).
+   for the DP-NF ghost-clipping step (the MAF shape of Su et al. 2023).
 2. On the device: two releases from OS entropy differ, two reproducible ones are identical, and the
    trainers' accounting checks pass (they raise otherwise).
 

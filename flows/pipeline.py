@@ -35,6 +35,7 @@ from privehr.tasks.static_imputation import impute_static_table
 from privehr.tasks.train import fit_and_evaluate, fit_key, search_hyperparameters, trial_key
 from privehr.tasks.validate import validate_delivery
 from privehr.tasks.versioning import pull_inputs, version_run
+from privehr.tasks.methods import grid, seeds_of
 
 __all__ = ["pipeline", "on_dask"]
 
@@ -74,7 +75,7 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
             with clock.stage("synthesis"):
                 synthesize_ehr(config.synthesis_run(run_dir), config.device)
 
-        cells = training.cells(config.labels)
+        cells = grid(training, config.labels)
         with clock.stage("budget check"):
             reservations = check_privacy_budget(run_dir, cells, config)  # every release reserved, or the run stops
         tags = ["gpu"] if resolve_device(config.device).type == "cuda" else []
@@ -85,7 +86,7 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
                                 config.device) for cell in cells]
         runs = [fit.submit(features, cell, chosen[i], seed, training, config.privacy, run_dir,
                            reservations.get(fit_key(cell, seed)), config.device)
-                for i, cell in enumerate(cells) for seed in range(training.seeds_for(cell))]
+                for i, cell in enumerate(cells) for seed in range(seeds_of(cell, training))]
         wait(chosen)
         searched = time.perf_counter()
         clock.add("search", searched - start)  # the fits of early cells overlap it

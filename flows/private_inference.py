@@ -1,10 +1,12 @@
 """privehr-private-inference: records -> budget check (reserves every release) -> [exact posterior, non-private
 NF-VI] and, per mu and run, DP-NF-VI (each loss) and VI on DP-NF synthetic data (each into the privacy ledger as it
-is fitted) -> report (seed 002 Tables 6 and 7 in shape).
+is fitted) -> report (Tables 6 and 7 of Su et al. 2023 in shape).
 
-Su, Wang, Schiavazzi, Liu, "Differentially Private Normalizing Flows for Density Estimation, Data Synthesis, and
-Variational Inference with Application to Electronic Health Records" (2023, arXiv:2302.05787), Section 4.
-Tasks pass file paths only; the records stay under ``intermediate/``.
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
+
+The method: Su et al. 2023, Section 4. Tasks pass file paths only; the records stay under ``intermediate/``.
 """
 
 from __future__ import annotations

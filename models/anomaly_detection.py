@@ -1,9 +1,13 @@
-"""Anomaly detection with density estimators (seed 001 Section 5).
+"""Anomaly detection with density estimators (Waites & Cummings 2021, Section 5).
+
+References:
+    Waites, Cummings (2021). Differentially Private Normalizing Flows for Privacy-Preserving Density Estimation.
+    AIES. arXiv:2103.14068.
 
 Likelihood threshold: x is flagged out-of-distribution when log p(x) <= T. With a DP-trained flow
 every such query is post-processing of the DP release and costs no further privacy.
 
-DP-AD (seed 001 Algorithm 2, sample-and-aggregate): k non-private flows fitted on disjoint
+DP-AD (Waites & Cummings 2021, Algorithm 2, sample-and-aggregate): k non-private flows fitted on disjoint
 partitions vote. A record's partition is a hash of the record's own id (:func:`partition_by_id`),
 so adding or removing one record changes one partition and leaves every other record where it was;
 a random permutation split into k parts would shift the boundaries of every part and let one record
@@ -16,7 +20,7 @@ partition, so it moves c by at most one). Each *answer* is eps-DP for the traini
 answers cost q * eps by basic composition. The flows themselves are not private and must never be
 released. The answers' randomness must come from a secret source (``NoiseSource.secret()``).
 
-Test anomalies as seed 001: per dimension uniform in the tails of reference data, between the 5th
+Test anomalies as in Waites & Cummings 2021: per dimension uniform in the tails of reference data, between the 5th
 and 30th or the 70th and 95th percentiles (side chosen at random).
 """
 

@@ -1,8 +1,9 @@
-"""The classifiers privehr trains, by name, and the inputs each one reads from hourly features.
+"""The classifiers privehr trains, by name: the registry of :mod:`privehr.models.classifier` with its
+built-ins registered (``logistic_regression``, ``grud``), and seeded construction.
 
-* ``logistic_regression``: x = flattened (mask, value, delta / 100) of every variable-hour.
-* ``grud``: (values, mask, delta), each (stays, hours, variables). The values are standardised with
-  training statistics, so the empirical training mean x_tilde of GRU-D is 0.
+>>> model = build_classifier("logistic_regression", n_variables=2, n_hours=3, seed=0)
+>>> [x.shape for x in classifier_inputs("logistic_regression", *np.zeros((3, 4, 3, 2)))]
+[torch.Size([4, 18])]
 """
 
 from __future__ import annotations
@@ -14,23 +15,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from privehr.models.grud import GRUD
-from privehr.models.hourly_features import flatten_for_linear
-from privehr.models.logistic_regression import LogisticRegression
+from privehr.models import grud, logistic_regression  # noqa: F401  (register the built-in classifiers)
+from privehr.models.classifier import CLASSIFIERS, get_classifier
 
-__all__ = ["MODELS", "build_classifier", "classifier_inputs", "seeded_build"]
-
-MODELS = ("logistic_regression", "grud")
+__all__ = ["CLASSIFIERS", "get_classifier", "build_classifier", "classifier_inputs", "seeded_build"]
 
 
 def classifier_inputs(name: str, values: np.ndarray, mask: np.ndarray, delta: np.ndarray,
                       device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
     """The positional inputs of classifier ``name`` for a block of stays."""
-    if name == "logistic_regression":
-        return (torch.as_tensor(flatten_for_linear(values, mask, delta), device=device),)
-    if name == "grud":
-        return tuple(torch.as_tensor(a, device=device) for a in (values, mask, delta))
-    raise ValueError(f"unknown model {name!r}; choose one of {MODELS}")
+    return get_classifier(name).inputs(values, mask, delta, device)
 
 
 # torch's default initialisers draw from the process-wide generator; concurrent task runs (threads) that
@@ -41,7 +35,8 @@ _INIT_LOCK = threading.Lock()
 def build_classifier(name: str, n_variables: int, n_hours: int, *, seed: int, hidden_size: int = 32,
                      batch_norm: bool = False, dropout: float = 0.0) -> nn.Module:
     """A freshly initialised classifier whose weights depend on ``seed`` alone, whatever else runs."""
-    return seeded_build(lambda: _construct(name, n_variables, n_hours, hidden_size, batch_norm, dropout), seed)
+    classifier = get_classifier(name)
+    return seeded_build(lambda: classifier.construct(n_variables, n_hours, hidden_size, batch_norm, dropout), seed)
 
 
 def seeded_build(build: Callable[[], nn.Module], seed: int) -> nn.Module:
@@ -49,11 +44,3 @@ def seeded_build(build: Callable[[], nn.Module], seed: int) -> nn.Module:
     with _INIT_LOCK:
         torch.manual_seed(seed)
         return build()
-
-
-def _construct(name, n_variables, n_hours, hidden_size, batch_norm, dropout) -> nn.Module:
-    if name == "logistic_regression":
-        return LogisticRegression(3 * n_variables * n_hours)
-    if name == "grud":
-        return GRUD(n_variables, hidden_size, dropout=dropout, batch_norm=batch_norm)
-    raise ValueError(f"unknown model {name!r}; choose one of {MODELS}")

@@ -1,5 +1,8 @@
 """Between a mixed-type table and what a synthesizer sees: codes, scaled numbers, bins, and back.
 
+References:
+    Lee, Kim, Jeong, Ro (2022). Differentially Private Normalizing Flows for Synthetic Tabular Data Generation. AAAI.
+
 A table (as :mod:`privehr.io.ehr_table` reads it) holds each column in *frame units*: a numeric or integer
 column its value, a discrete column (binary, categorical, ordinal) its category's code 0..k-1. The
 synthesizers need three other views, and their output must come back as the spec's types:
@@ -17,8 +20,7 @@ synthesizers need three other views, and their output must come back as the spec
   produces codes like 0.37; decoding makes them categories, and :meth:`TableCodec.labels` writes the
   categories as the spec names them.
 
-Seed 004 (Lee, Kim, Jeong, Ro, "Differentially Private Normalizing Flows for Synthetic Tabular Data
-Generation", AAAI 2022) dequantizes discrete columns the same way: codes plus noise in [0, 1).
+DP-HFlow (Lee et al. 2022) dequantizes discrete columns the same way: codes plus noise in [0, 1).
 """
 
 from __future__ import annotations

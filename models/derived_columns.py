@@ -1,6 +1,11 @@
-"""Columns computed from others, e.g. seed 002 eq. 5: mean PAP = 2/3 diastolic PAP + 1/3 systolic PAP,
+"""Columns computed from others, e.g. eq. 5 of Su et al. 2023: mean PAP = 2/3 diastolic PAP + 1/3 systolic PAP,
 hypertensive = 1[mean PAP > 20 mmHg]. Expressions are pandas ``DataFrame.eval`` arithmetic and
-comparisons over column names (no function calls, no attribute access); booleans become 0/1."""
+comparisons over column names (no function calls, no attribute access); booleans become 0/1.
+
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
+"""
 
 from __future__ import annotations
 

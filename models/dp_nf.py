@@ -1,9 +1,11 @@
-"""DP-NF: density estimation by a normalizing flow trained with DP-SGD (seed 001 Alg. 1, seed 002 Alg. 1).
+"""DP-NF: density estimation by a normalizing flow trained with DP-SGD (Algorithm 1 of Waites & Cummings 2021
+and of Su et al. 2023).
 
-Papers: Waters, Turnbull, Skiadopoulos, "Differentially Private Normalizing Flows for Density
-Estimation" (seed 001); Su, Wang, Schiavazzi, Liu, "Differentially Private Normalizing Flows for
-Density Estimation, Data Synthesis, and Variational Inference with Application to Electronic Health
-Records" (seed 002).
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
+    Waites, Cummings (2021). Differentially Private Normalizing Flows for Privacy-Preserving Density Estimation.
+    AIES. arXiv:2103.14068.
 
 Minimises the mean negative log-likelihood -1/b sum_i log p_theta(x_i) over Poisson batches (rate
 q) by DP-SGD: each per-sample gradient clipped to norm C, Gaussian noise N(0, sigma^2 C^2 I) added to
@@ -22,7 +24,7 @@ the flow are post-processing: they cost nothing more.
 
 Not covered: anything computed from the private records before training (imputation, scaling
 statistics) and any tuning of hyperparameters on them. ``plan=None`` trains without privacy (the
-mu = infinity column of seed 002), optionally with early stopping on held-out rows
+mu = infinity column of Su et al. 2023), optionally with early stopping on held-out rows
 (``validation_fraction``): the flow is returned at its best held-out log-likelihood.
 """
 
@@ -39,6 +41,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import privehr.models.grad_samplers  # noqa: F401  (registers the MaskedLinear rule for the Opacus paths)
+from privehr.core.config import DPNFConfig
 from privehr.models.dp_sgd import check_accounted, endless, make_private_poisson
 from privehr.models.fine_grained_clipping import CLIPPING_MODES
 from privehr.models.noisy_step import ghost_steps
@@ -49,17 +52,20 @@ from privehr.models.step_history import run_steps
 __all__ = ["DensityHyperparameters", "DensityRelease", "train_density", "mean_log_likelihood"]
 
 
+_DEFAULTS = DPNFConfig()  # the defaults live in the config, once
+
+
 @dataclass(frozen=True)
 class DensityHyperparameters:
     """The optimiser, and the non-private schedule (a DP release takes b, T and C from its plan)."""
 
-    learning_rate: float = 1e-3
-    batch_size: int = 32            # non-private minibatch
-    steps: int = 1000               # non-private steps (at most, with early stopping)
+    learning_rate: float = _DEFAULTS.learning_rate
+    batch_size: int = 32            # non-private minibatch (the synthesis task sets ceil(q n))
+    steps: int = _DEFAULTS.steps    # non-private steps (at most, with early stopping)
     seed: int = 0                   # non-private shuffling and validation split
-    validation_fraction: float = 0.0  # non-private: rows held out for early stopping (0: none)
+    validation_fraction: float = _DEFAULTS.validation_fraction  # non-private: rows held out for early stopping
     eval_every: int = 50            # non-private: steps between validation log-likelihoods
-    patience: int = 5               # non-private: evaluations without improvement before stopping
+    patience: int = _DEFAULTS.patience  # non-private: evaluations without improvement before stopping
 
 
 @dataclass
@@ -218,7 +224,7 @@ def train_density(flow: nn.Module, x: torch.Tensor, hp: DensityHyperparameters =
 
 @torch.no_grad()
 def mean_log_likelihood(flow: nn.Module, x: torch.Tensor, batch_size: int = 8192) -> float:
-    """Average log p(x) over the rows of ``x`` (seed 001 Table 1's test log-likelihood)."""
+    """Average log p(x) over the rows of ``x`` (the test log-likelihood of Waites & Cummings 2021, Table 1)."""
     flow.eval()
     device = next(flow.parameters()).device
     total = sum(float(flow.log_prob(x[i:i + batch_size].to(device)).sum()) for i in range(0, len(x), batch_size))

@@ -40,6 +40,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from dataclasses import dataclass, field
+from typing import get_args
 
 import torch
 from opacus import PrivacyEngine
@@ -47,6 +48,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import privehr.models.grad_samplers  # noqa: F401  (registers Opacus rules for privehr's layers)
+from privehr.core.config import DPSGDClipping, DPSGDSettings
 from privehr.models.losses import binary_loss, per_sample_loss
 from privehr.models.noisy_step import ghost_steps
 from privehr.models.randomness import NoiseSource
@@ -55,15 +57,18 @@ from privehr.models.release_plan import ReleasePlan
 __all__ = ["CLIPPING_MODES", "DPSGDHyperparameters", "DPSGDResult", "train_dp_sgd", "make_private_poisson",
            "check_accounted"]
 
-CLIPPING_MODES = ("ghost", "hooks", "functorch")
+CLIPPING_MODES = get_args(DPSGDClipping)  # ("ghost", "hooks", "functorch"): named in the config
+
+
+_DEFAULTS = DPSGDSettings()  # the defaults live in the config, once
 
 
 @dataclass(frozen=True)
 class DPSGDHyperparameters:
     """What the optimiser does with the privatised gradient; the privacy side (b, epochs, C) is the plan's."""
 
-    learning_rate: float = 1e-2
-    weight_decay: float = 0.0
+    learning_rate: float = _DEFAULTS.learning_rate
+    weight_decay: float = _DEFAULTS.weight_decay
 
 
 @dataclass

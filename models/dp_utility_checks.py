@@ -1,4 +1,8 @@
-"""Sanity checks of DP-SGD's privacy-utility curve, as seed 000's figure is read.
+"""Sanity checks of DP-SGD's privacy-utility curve, as the figure of Bridges et al. 2023 is read.
+
+References:
+    Bridges, Tombs, Stanley (2023). Are Normalizing Flows the Key to Unlocking the Exponential Mechanism?
+    arXiv:2311.09200.
 
 For each (label, model, loss) with DP-SGD cells, over the target epsilons e_1 < ... < e_k:
 

@@ -1,7 +1,10 @@
 """DP-NF-VI: variational inference with a normalizing flow, made differentially private by DP-SGD over records.
 
-Algorithm 2 of Su, Wang, Schiavazzi, Liu, "Differentially Private Normalizing Flows for Density Estimation, Data
-Synthesis, and Variational Inference with Application to Electronic Health Records" (2023, arXiv:2302.05787).
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
+
+Algorithm 2 of Su et al. 2023.
 The free-energy bound F = E_q[log q(theta) - log p(x, theta)] splits into per-record terms (their eq. 4),
 
     l_i(lambda) = 1/m sum_j { 1/n log q0(z_j) - log p(x_i | theta_j) - 1/n log p(theta_j) - 1/n log|dF/dz_j| },
@@ -44,6 +47,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, jacrev, vmap
 
+from privehr.core.inference_config import VIConfig
 from privehr.models.likelihood import Likelihood
 from privehr.models.noisy_step import poisson_batch, set_noised_gradients
 from privehr.models.randomness import NoiseSource
@@ -55,14 +59,15 @@ __all__ = ["VIHyperparameters", "VIRelease", "per_record_gradients", "train_vi",
 
 @dataclass(frozen=True)
 class VIHyperparameters:
-    """The optimiser and the Monte Carlo; the defaults (seed 002's) live in ``privehr.core.inference_config.VIConfig``."""
+    """The optimiser and the Monte Carlo; the defaults (those of Su et al. 2023) live in
+    ``privehr.core.inference_config.VIConfig``."""
 
     learning_rate: float
     lr_decay: float                     # exponential, per step
     draws: int                          # m: Monte Carlo draws of theta per step
     steps: int                          # non-private steps (a DP release takes T from its plan)
     batch_size: int                     # non-private minibatch of records
-    optimizer: Literal["adam", "rmsprop"] = "adam"
+    optimizer: Literal["adam", "rmsprop"] = VIConfig().optimizer
     temperature: float = 1.0            # tau: 1 is the free energy (Algorithm 2); < 1 the tempered loss
     seed: int = 0                       # non-private: minibatches and draws (public randomness)
 

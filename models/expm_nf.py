@@ -1,4 +1,8 @@
-"""ExpM+NF (seed 000, Algorithm 1): a normalizing flow trained to sample the exponential mechanism.
+"""ExpM+NF (Bridges et al. 2023, Algorithm 1): a normalizing flow trained to sample the exponential mechanism.
+
+References:
+    Bridges, Tombs, Stanley (2023). Are Normalizing Flows the Key to Unlocking the Exponential Mechanism?
+    arXiv:2311.09200.
 
 Target density over a classifier's parameters:  p(theta) ∝ exp(eps * u(theta) / (2 s)), with the
 utility u of :mod:`privehr.models.batched_utility` and sensitivity s = 1. The flow q is fitted by the reverse
@@ -7,7 +11,7 @@ KL divergence, estimated with N reparametrised draws per step:
     KL(q || p) = E_q[log q(theta) - eps u(theta) / (2 s)] + log Z,
 
 minimised with Adam or RMSprop and a plateau scheduler. Release modes: one sample (the private
-use), and the Bayesian mode of seed 000 section 5 (posterior-predictive average over N samples, and the
+use), and the Bayesian mode of Bridges et al. 2023, section 5 (posterior-predictive average over N samples, and the
 sample of highest target density, "MAP"). ``fit_gap`` reports the spread of
 log q(theta) - eps u(theta)/(2s) over samples: zero iff q equals p on them (then it is -log Z), so a
 large spread shows q is far from the mechanism.
@@ -24,6 +28,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from privehr.core.config import ExpMNFConfig
 from privehr.models.batched_utility import BatchedUtility
 from privehr.models.parameter_flow import ParameterFlow
 
@@ -31,22 +36,24 @@ __all__ = ["ExpMNFHyperparameters", "ExpMNFResult", "train_expm_nf", "sample_par
            "draw_probabilities", "posterior_predictive", "map_index", "fit_gap"]
 
 
+_DEFAULTS = ExpMNFConfig()  # the defaults live in the config, once
+
+
 @dataclass(frozen=True)
 class ExpMNFHyperparameters:
     epsilon: float
-    flow: Literal["planar", "sylvester"] = "sylvester"
-    layers: int = 4
-    m: int = 4
-    reflections: int = 4
-    base_sigma: float = 0.01
-    affine: bool = True
-    samples: int = 64                 # N draws per step
-    steps: int = 300
-    learning_rate: float = 3e-3
-    optimizer: Literal["adam", "rmsprop"] = "adam"
-    momentum: float = 0.5             # RMSprop only
-    l1: float = 0.0
-    batch_size: int | None = None     # None: the exact utility over the whole training set
+    flow: Literal["planar", "sylvester"] = _DEFAULTS.flow
+    layers: int = _DEFAULTS.layers
+    m: int = _DEFAULTS.m
+    reflections: int = _DEFAULTS.reflections
+    base_sigma: float = _DEFAULTS.base_sigma
+    affine: bool = _DEFAULTS.affine
+    samples: int = _DEFAULTS.samples              # N draws per step
+    steps: int = _DEFAULTS.steps
+    learning_rate: float = _DEFAULTS.learning_rate
+    optimizer: Literal["adam", "rmsprop"] = _DEFAULTS.optimizer
+    momentum: float = 0.5                         # RMSprop only
+    batch_size: int | None = _DEFAULTS.batch_size  # None: the exact utility over the whole training set
     seed: int = 0
 
     def __post_init__(self):
@@ -119,7 +126,7 @@ def draw_probabilities(utility: BatchedUtility, theta: torch.Tensor, inputs: tup
 
 
 def posterior_predictive(probabilities: np.ndarray) -> np.ndarray:
-    """p(y = 1 | x) = mean over the N draws of sigmoid(f(x; theta_j)) (seed 000, Appendix F)."""
+    """p(y = 1 | x) = mean over the N draws of sigmoid(f(x; theta_j)) (Bridges et al. 2023, Appendix F)."""
     return probabilities.mean(axis=0)
 
 

@@ -1,4 +1,9 @@
-"""Fidelity of a synthetic table to the real one (seed 004 Table 1; seed 001 Fig. 3).
+"""Fidelity of a synthetic table to the real one (Lee et al. 2022, Table 1; Waites & Cummings 2021, Fig. 3).
+
+References:
+    Lee, Kim, Jeong, Ro (2022). Differentially Private Normalizing Flows for Synthetic Tabular Data Generation. AAAI.
+    Waites, Cummings (2021). Differentially Private Normalizing Flows for Privacy-Preserving Density Estimation.
+    AIES. arXiv:2103.14068.
 
 Per column: the Kolmogorov-Smirnov statistic sup_x |F_real(x) - F_syn(x)| and the 1-Wasserstein
 distance, the latter in units of the real column's standard deviation so columns are comparable.

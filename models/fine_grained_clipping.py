@@ -67,16 +67,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import get_args
 
 import torch
 from torch import nn
 
+from privehr.core.config import FineGrainedClipping
 from privehr.models.ghost_clipping import Call, clipped_gradient_sum, clipped_layers, collect_calls, rule_of
 
 __all__ = ["CLIPPING_MODES", "layer_thresholds", "stochastic_sparsify", "fine_grained_clipped_sum",
            "per_sample_gradients"]
 
-CLIPPING_MODES = ("flat", "per_layer", "per_unit", "sparsified")
+CLIPPING_MODES = get_args(FineGrainedClipping)  # ("flat", "per_layer", "per_unit", "sparsified"): named in the config
 
 _EPS = 1e-6  # added to every norm before dividing, as the flat clip (and Opacus) does
 

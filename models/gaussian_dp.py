@@ -1,5 +1,9 @@
 """Gaussian differential privacy (Dong, Roth, Su 2019; Bu, Dong, Long, Su 2020), for comparisons.
 
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
+
 Noisy SGD with Poisson sampling rate q, noise multiplier sigma and T steps is asymptotically
 (central limit theorem, q -> 0, T -> inf with q sqrt(T) fixed) mu-GDP with
 
@@ -12,7 +16,7 @@ and mu-GDP is (epsilon, delta(epsilon))-DP for every epsilon >= 0 with
 The CLT is an approximation that can *underestimate* the privacy loss (Opacus warns so in its GDP
 accountant), badly so for large q. privehr therefore claims epsilon from the PRV accountant (RDP
 alongside, :mod:`privehr.models.privacy_accounting`) and reports mu only so that results can be set beside
-papers that state budgets in mu-GDP (seed 002: mu = 6.10, 3.92, 2.45, 1.49 at q = 0.5, T = 8000).
+papers that state budgets in mu-GDP (Su et al. 2023: mu = 6.10, 3.92, 2.45, 1.49 at q = 0.5, T = 8000).
 """
 
 from __future__ import annotations

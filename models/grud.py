@@ -22,7 +22,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["GRUD", "InputDecay"]
+from privehr.models.classifier import Classifier, register_classifier
+
+__all__ = ["GRUD", "InputDecay", "GRUDClassifier"]
 
 
 class InputDecay(nn.Module):
@@ -125,3 +127,25 @@ class GRUD(nn.Module):
             candidate = torch.tanh(gates_in[:, :, step, 2 * hs:] + torch.bmm(r * h_hat, w_rc))
             h = (1 - z) * h_hat + z * candidate
         return torch.bmm(h, params["output.weight"].transpose(1, 2)).squeeze(-1) + params["output.bias"]
+
+
+@register_classifier
+class GRUDClassifier(Classifier):
+    """The grid's ``grud``: (values, mask, delta), each (stays, hours, variables). The values are standardised
+    with training statistics, so the empirical training mean x_tilde is 0."""
+
+    name = "grud"
+    search_spaces = {
+        "non_private": {"learning_rate": ("log", 5e-4, 1e-2), "hidden_size": ("int", 16, 64),
+                        "weight_decay": ("log", 1e-5, 1e-1), "batch_size": ("choice", [64, 128, 256])},
+        "dp_sgd": {"learning_rate": ("log", 1e-3, 5e-2), "hidden_size": ("int", 8, 48),
+                   "max_grad_norm": ("log", 0.1, 5.0)},
+        "expm_nf": {"learning_rate": ("log", 1e-3, 3e-2), "base_sigma": ("log", 1e-3, 0.1),
+                    "l1": ("log", 1e-4, 1e-1), "hidden_size": ("int", 8, 48)},
+    }
+
+    def inputs(self, values, mask, delta, device="cpu"):
+        return tuple(torch.as_tensor(a, device=device) for a in (values, mask, delta))
+
+    def construct(self, n_variables, n_hours, hidden_size, batch_norm, dropout):
+        return GRUD(n_variables, hidden_size, dropout=dropout, batch_norm=batch_norm)

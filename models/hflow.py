@@ -1,7 +1,9 @@
 """DP-HFlow: a normalizing flow for mixed (continuous and discrete) tables, trainable by DP-SGD.
 
-Lee, Kim, Jeong, Ro, "Differentially Private Normalizing Flows for Synthetic Tabular Data
-Generation", AAAI 2022 (seed 004). A row x = (x_cont, x_disc) has ``continuous`` values, already
+References:
+    Lee, Kim, Jeong, Ro (2022). Differentially Private Normalizing Flows for Synthetic Tabular Data Generation. AAAI.
+
+The model of Lee et al. 2022. A row x = (x_cont, x_disc) has ``continuous`` values, already
 scaled by the caller to about [-2, 2] from public bounds, and one integer code per discrete column
 (0..k_j - 1). The density direction, data to base:
 

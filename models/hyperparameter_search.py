@@ -1,4 +1,8 @@
-"""Randomised hyperparameter search (Bergstra and Bengio, JMLR 2012), as in seed 000 Appendix D.
+"""Randomised hyperparameter search (Bergstra and Bengio, JMLR 2012), as in Bridges et al. 2023, Appendix D.
+
+References:
+    Bridges, Tombs, Stanley (2023). Are Normalizing Flows the Key to Unlocking the Exponential Mechanism?
+    arXiv:2311.09200.
 
 Draw ``budget`` configurations from a space of independent ranges (log-uniform for rates, uniform
 integers for sizes, choices for categorical settings); the first draw is always the defaults, so
@@ -7,30 +11,15 @@ data is not accounted by any DP guarantee in privehr.
 
 DP-SGD's spaces hold only what leaves the privacy plan unchanged (learning rate, clipping norm C,
 hidden size): batch size and epochs set q and T, hence sigma and the spend, and stay as configured,
-so every trial's and the final fit's cost is known, and reserved, before anything is trained.
+so every trial's and the final fit's cost is known, and reserved, before anything is trained. Each
+classifier declares its spaces (``Classifier.search_spaces``, by training method).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["sample_configurations", "SEARCH_SPACES"]
-
-# parameter -> ("log", low, high) | ("int", low, high) | ("choice", [values])
-SEARCH_SPACES = {
-    ("logistic_regression", "non_private"): {"learning_rate": ("log", 1e-4, 1e-2), "weight_decay": ("log", 1e-4, 1.0),
-                                             "batch_size": ("choice", [64, 128, 256])},
-    ("logistic_regression", "dp_sgd"): {"learning_rate": ("log", 1e-3, 5e-2), "max_grad_norm": ("log", 0.1, 5.0)},
-    ("grud", "non_private"): {"learning_rate": ("log", 5e-4, 1e-2), "hidden_size": ("int", 16, 64),
-                              "weight_decay": ("log", 1e-5, 1e-1), "batch_size": ("choice", [64, 128, 256])},
-    ("grud", "dp_sgd"): {"learning_rate": ("log", 1e-3, 5e-2), "hidden_size": ("int", 8, 48),
-                         "max_grad_norm": ("log", 0.1, 5.0)},
-    ("logistic_regression", "expm_nf"): {"learning_rate": ("log", 1e-3, 3e-2), "base_sigma": ("log", 1e-3, 0.1),
-                                         "l1": ("log", 1e-4, 1e-1), "samples": ("choice", [8, 16, 32])},
-    ("grud", "expm_nf"): {"learning_rate": ("log", 1e-3, 3e-2), "base_sigma": ("log", 1e-3, 0.1),
-                          "l1": ("log", 1e-4, 1e-1), "hidden_size": ("int", 8, 48)},
-}
-
+__all__ = ["sample_configurations"]
 
 def sample_configurations(defaults: dict, space: dict, budget: int, seed: int) -> list[dict]:
     """``budget`` configurations: the defaults, then ``budget - 1`` random draws over ``space``."""

@@ -3,7 +3,10 @@
 import torch
 from torch import nn
 
-__all__ = ["LogisticRegression"]
+from privehr.models.classifier import Classifier, register_classifier
+from privehr.models.hourly_features import flatten_for_linear
+
+__all__ = ["LogisticRegression", "LogisticRegressionClassifier"]
 
 
 class LogisticRegression(nn.Module):
@@ -27,3 +30,23 @@ class LogisticRegression(nn.Module):
         one GEMM, X W^T, as vmap over ``forward`` would compute but without its copies of X."""
         weight = params["linear.weight"]
         return weight.reshape(len(weight), -1) @ x.T + params["linear.bias"].reshape(-1, 1)
+
+
+@register_classifier
+class LogisticRegressionClassifier(Classifier):
+    """The grid's ``logistic_regression``: x = flattened (mask, value, delta / 100) of every variable-hour."""
+
+    name = "logistic_regression"
+    search_spaces = {
+        "non_private": {"learning_rate": ("log", 1e-4, 1e-2), "weight_decay": ("log", 1e-4, 1.0),
+                        "batch_size": ("choice", [64, 128, 256])},
+        "dp_sgd": {"learning_rate": ("log", 1e-3, 5e-2), "max_grad_norm": ("log", 0.1, 5.0)},
+        "expm_nf": {"learning_rate": ("log", 1e-3, 3e-2), "base_sigma": ("log", 1e-3, 0.1),
+                    "l1": ("log", 1e-4, 1e-1), "samples": ("choice", [8, 16, 32])},
+    }
+
+    def inputs(self, values, mask, delta, device="cpu"):
+        return (torch.as_tensor(flatten_for_linear(values, mask, delta), device=device),)
+
+    def construct(self, n_variables, n_hours, hidden_size, batch_norm, dropout):
+        return LogisticRegression(3 * n_variables * n_hours)

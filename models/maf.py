@@ -1,5 +1,9 @@
 """MAF: Masked Autoregressive Flow (Papamakarios, Pavlakou, Murray, NeurIPS 2017), arXiv:1705.07057.
 
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
+
 K blocks, each a Gaussian MADE followed by a reversal of the variable order. In the density
 direction block k maps x to
 
@@ -7,7 +11,7 @@ direction block k maps x to
 
 and log p(x) = log N(u_K; 0, I) + sum_k log|det_k|. Sampling inverts each block one dimension at a
 time (D passes per block). No batch norm (it mixes samples and releases un-noised running
-statistics: seed 002's code); no data-initialised ActNorm: every parameter starts data-independent,
+statistics: the code of Su et al. 2023); no data-initialised ActNorm: every parameter starts data-independent,
 so the whole model can be trained by DP-SGD with per-sample gradients (Opacus hooks, the rule for
 :class:`~privehr.models.made.MaskedLinear` in :mod:`privehr.models.grad_samplers`).
 """

@@ -1,7 +1,9 @@
-"""Fidelity of a mixed-type synthetic table to the real one, as seed 004 reports it.
+"""Fidelity of a mixed-type synthetic table to the real one, as Lee et al. 2022 report it.
 
-Seed 004: Lee, Kim, Jeong, Ro, "Differentially Private Normalizing Flows for Synthetic Tabular Data
-Generation" (AAAI 2022), sections "Marginal Distribution Comparison" (Fig. 3) and "Dependency Structure
+References:
+    Lee, Kim, Jeong, Ro (2022). Differentially Private Normalizing Flows for Synthetic Tabular Data Generation. AAAI.
+
+See their sections "Marginal Distribution Comparison" (Fig. 3) and "Dependency Structure
 Comparison" (Table 1). :mod:`privehr.models.fidelity` holds the all-numeric metrics; this module adds what a
 table of numeric, integer, binary, categorical and ordinal columns needs, and reuses
 :func:`privehr.models.fidelity.column_distances` for the KS statistic and the standardised 1-Wasserstein distance.
@@ -33,7 +35,7 @@ Per column (missing values, NaN, are left out of both tables' distributions and 
 
 Dependence: the Kendall tau-b matrices of the two tables (pandas, pairwise-complete rows), over all
 column pairs i < j; RMSE = sqrt(mean (tau_real - tau_syn)^2) and MAE = mean |tau_real - tau_syn|, the two
-rows of seed 004's Table 1. A pair with a column that is constant (or has fewer than two shared rows)
+rows of Table 1 of Lee et al. 2022. A pair with a column that is constant (or has fewer than two shared rows)
 in one table has no defined tau there; it counts as tau = 0 (no measurable association), as
 :func:`privehr.models.fidelity.kendall_tau_rmse` does, so a constant column never produces NaN. Columns of
 strings enter by their category codes (order of ``categories[column]``, then any other values sorted
@@ -195,7 +197,7 @@ def kendall_tau_matrix(frame: pd.DataFrame) -> pd.DataFrame:
 
 def kendall_tau_distance(real: pd.DataFrame, synthetic: pd.DataFrame, columns: Sequence[str] | None = None,
                          categories: Mapping[str, Sequence] | None = None) -> dict:
-    """RMSE and MAE between the upper triangles (i < j) of the two Kendall tau-b matrices (seed 004 Table 1).
+    """RMSE and MAE between the upper triangles (i < j) of the two Kendall tau-b matrices (Lee et al. 2022, Table 1).
 
     >>> t = pd.DataFrame({"a": [1, 2, 3, 4], "b": [1, 2, 4, 3], "c": [5, 5, 5, 5]})
     >>> kendall_tau_distance(t, t)

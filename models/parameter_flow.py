@@ -1,12 +1,16 @@
 """A normalizing flow over a classifier's flat parameter vector theta in R^D.
 
+References:
+    Bridges, Tombs, Stanley (2023). Are Normalizing Flows the Key to Unlocking the Exponential Mechanism?
+    arXiv:2311.09200.
+
     z ~ N(0, sigma^2 I_D),   theta = T_L o ... o T_1 o A (z),
     log q(theta) = log N(z; 0, sigma^2 I) - sum_l log|det J_{T_l}| - log|det J_A|,
 
 with planar or Householder Sylvester layers T_l; sigma (the base scale) is a hyperparameter. A is an
 optional elementwise affine layer A(z) = mu + exp(s) * z (log|det J_A| = sum s): planar and Sylvester
 layers only move mass inside a subspace of dimension <= layers x M, so without A the flow is the
-base Gaussian around 0 in every other direction of a 7,000-dimensional theta (seed 000's flows).
+base Gaussian around 0 in every other direction of a 7,000-dimensional theta (the flows of Bridges et al. 2023).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The two routes to a private posterior compared by Su, Wang, Schiavazzi, Liu (2023, arXiv:2302.05787), Section 4.
+"""The two routes to a private posterior compared by Su et al. 2023, Section 4.
+
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
 
 (a) **DP-NF-VI** (:func:`private_posterior`): a variational flow over the parameters trained on the records by
     DP-SGD (:mod:`privehr.models.dp_vi`, Algorithm 2), the released flow then sampled (post-processing).
@@ -31,7 +35,7 @@ __all__ = ["FlowShape", "private_posterior", "synthetic_posterior", "PosteriorFi
 
 @dataclass(frozen=True)
 class FlowShape:
-    """Seed 002: one MADE with one hidden layer of 10 units."""
+    """As Su et al. 2023: one MADE with one hidden layer of 10 units."""
 
     blocks: int = 1
     hidden_size: int = 10

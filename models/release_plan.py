@@ -65,29 +65,35 @@ class ReleasePlan:
     def for_epochs(cls, n: int, batch_size: int, epochs: int, *, target_epsilon: float, delta: float,
                    max_grad_norm: float = 1.0) -> "ReleasePlan":
         """DP-SGD: ``epochs`` passes of ceil(n / b) Poisson steps at q = 1 / ceil(n / b), sigma for the target."""
-        target_epsilon = check_target_epsilon(target_epsilon)
         batch = min(batch_size, n)
-        q = poisson_rate(n, batch)
-        steps = epochs * round(1 / q)
-        spend = calibrate_noise_multiplier(target_epsilon, delta, q, steps)
-        return cls(n, batch, q, steps, spend.noise_multiplier, max_grad_norm, delta, target_epsilon, None, spend)
+        steps = epochs * round(1 / poisson_rate(n, batch))
+        return cls._calibrated(n, batch, steps, target_epsilon, delta, max_grad_norm)
 
     @classmethod
-    def for_steps(cls, n: int, rate: float, steps: int, *, kind: str, value: float, delta: float,
-                  max_grad_norm: float = 1.0) -> "ReleasePlan":
-        """DP-NF: T Poisson steps at q = 1 / ceil(n / ceil(rate n)); sigma for a mu or an epsilon budget."""
+    def for_mu(cls, n: int, rate: float, steps: int, *, mu: float, delta: float,
+               max_grad_norm: float = 1.0) -> "ReleasePlan":
+        """DP-NF, DP-VI: T Poisson steps at q = 1 / ceil(n / ceil(rate n)), sigma for a mu-GDP budget."""
+        if not (math.isfinite(mu) and mu > 0):
+            raise ValueError(f"mu must be a finite positive number, got {mu!r}")
         batch = rate_batch(n, rate)
         q = poisson_rate(n, batch)
-        if kind == "mu":
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"mu must be a finite positive number, got {value!r}")
-            sigma = sigma_for_mu(value, q, steps)
-            return cls(n, batch, q, steps, sigma, max_grad_norm, delta, None, value, epsilon_spent(sigma, q, steps, delta))
-        if kind == "epsilon":
-            value = check_target_epsilon(value)
-            spend = calibrate_noise_multiplier(value, delta, q, steps)
-            return cls(n, batch, q, steps, spend.noise_multiplier, max_grad_norm, delta, value, None, spend)
-        raise ValueError(f"unknown budget kind {kind!r}: a DP release is planned for a mu or an epsilon budget")
+        sigma = sigma_for_mu(mu, q, steps)
+        return cls(n, batch, q, steps, sigma, max_grad_norm, delta, None, mu, epsilon_spent(sigma, q, steps, delta))
+
+    @classmethod
+    def for_epsilon(cls, n: int, rate: float, steps: int, *, target_epsilon: float, delta: float,
+                    max_grad_norm: float = 1.0) -> "ReleasePlan":
+        """DP-NF: T Poisson steps at q = 1 / ceil(n / ceil(rate n)), sigma for an (epsilon, delta) target."""
+        return cls._calibrated(n, rate_batch(n, rate), steps, target_epsilon, delta, max_grad_norm)
+
+    @classmethod
+    def _calibrated(cls, n: int, batch: int, steps: int, target_epsilon: float, delta: float,
+                    max_grad_norm: float) -> "ReleasePlan":
+        """sigma such that PRV and RDP both stay at or below ``target_epsilon`` for T Poisson steps of batch b."""
+        target_epsilon = check_target_epsilon(target_epsilon)
+        q = poisson_rate(n, batch)
+        spend = calibrate_noise_multiplier(target_epsilon, delta, q, steps)
+        return cls(n, batch, q, steps, spend.noise_multiplier, max_grad_norm, delta, target_epsilon, None, spend)
 
     @classmethod
     def for_noise(cls, n: int, rate: float, steps: int, *, noise_multiplier: float, delta: float,

@@ -1,4 +1,8 @@
-"""The nonlinear repeated-measures model of Su, Wang, Schiavazzi, Liu (2023, arXiv:2302.05787), Section 4.2.
+"""The nonlinear repeated-measures model of Su et al. 2023, Section 4.2.
+
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
 
     x_ik = f(w_i, beta) + r_i + e_ik,    r_i ~ N(0, sigma0^2),  e_ik ~ N(0, sigma^2),  k = 1..K,
     f(w, beta) = beta0 + exp(beta1 w1) + log(w2 + exp(beta2)) + exp(beta3 w3) + log(w4 + exp(beta4)).
@@ -48,7 +52,7 @@ def mean_function(w: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
 
 @register_likelihood("nonlinear_repeated_measures")
 class NonlinearRepeatedMeasures(Likelihood):
-    """Seed 002's simulation model (eqs. 11-13), random effect integrated out, sigma0 and sigma known."""
+    """The simulation model of Su et al. 2023 (eqs. 11-13), random effect integrated out, sigma0 and sigma known."""
 
     parameter_names = ("beta0", "beta1", "beta2", "beta3", "beta4")
 

@@ -1,9 +1,13 @@
-"""Summaries of a training grid: medians over seeds, as seed 000 reports them.
+"""Summaries of a training grid: medians over seeds, as Bridges et al. 2023 report them.
+
+References:
+    Bridges, Tombs, Stanley (2023). Are Normalizing Flows the Key to Unlocking the Exponential Mechanism?
+    arXiv:2311.09200.
 
 For each (label, model, method, loss, target epsilon) the test AUROC and AUPRC are the medians over
 seeds; the spent epsilon is the largest over seeds (by each accountant), and a cell whose runs carry
 different guarantees (never, within one run) lists them all. The non-private baseline of a (label, model) is
-the best median over losses (seed 000, ``plot_results.py``).
+the best median over losses (Bridges et al. 2023, ``plot_results.py``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Mean and SD over runs of posterior summaries: the "mean (SD over 5 runs)" cells of seed 002's Tables 6 and 7.
+"""Mean and SD over runs of posterior summaries: the "mean (SD over 5 runs)" cells of Tables 6 and 7 of Su et al. 2023.
+
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
 
 >>> out = summarise_runs([{"mean": [1.0], "sd": [0.1], "correlation": [[1.0]]},
 ...                       {"mean": [3.0], "sd": [0.3], "correlation": [[1.0]]}])

@@ -1,8 +1,12 @@
 """The per-stay static table of MIMIC-Extract: demographics and 24 h summaries, one row per stay.
 
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
+
 Columns: ``age`` (MIMIC-III shifts ages above 89 to about 300; they are set to 91.4, the median
 age of that group), ``gender_male`` (0/1), and for each LEVEL2 variable the mean of its hourly means
-over the first hours (NaN where it was never measured), the table that seed 002's MICE step and the
+over the first hours (NaN where it was never measured), the table that the MICE step (after Su et al. 2023) and the
 static baselines use.
 """
 

@@ -1,13 +1,20 @@
-"""Utility of synthetic data: train on synthetic, test on real (seed 002 Tables 2-3; seed 001 Fig. 2).
+"""Utility of synthetic data: train on synthetic, test on real (Su et al. 2023, Tables 2-3;
+Waites & Cummings 2021, Fig. 2).
 
-* Classification (seed 002): an SVM (RBF; probabilities by Platt scaling, cross-validated) predicts the hypertension label;
-  the cutoff on its probability maximises the Fowlkes-Mallows index
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
+    Waites, Cummings (2021). Differentially Private Normalizing Flows for Privacy-Preserving Density Estimation.
+    AIES. arXiv:2103.14068.
+
+* Classification (Su et al. 2023): an SVM (RBF; probabilities by Platt scaling, cross-validated) predicts the
+  hypertension label; the cutoff on its probability maximises the Fowlkes-Mallows index
   FM = sqrt(TP / (TP + FP) * TP / (TP + FN)). privehr picks the cutoff on the *training* (synthetic)
   rows, so nothing about the real test rows tunes the classifier; accuracy is measured on real test rows.
-* Regression (seed 002): a random forest predicts mean pulmonary arterial pressure; test MSE.
-* Regression (seed 001): k-nearest neighbours (k = 3) predicts the last column from the others; test MSE.
+* Regression (Su et al. 2023): a random forest predicts mean pulmonary arterial pressure; test MSE.
+* Regression (Waites & Cummings 2021): k-nearest neighbours (k = 3) predicts the last column from the others; test MSE.
 
-Each is also fitted on the real training rows: the train-on-real baseline ("Original" in seed 002).
+Each is also fitted on the real training rows: the train-on-real baseline ("Original" in Su et al. 2023).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from privehr.core.config import NonPrivateConfig
 from privehr.models.losses import binary_loss
 from privehr.models.metrics import binary_metrics
 
@@ -25,15 +26,18 @@ __all__ = ["TrainingHyperparameters", "TrainingResult", "fit_binary_classifier",
 Inputs = tuple[torch.Tensor, ...]  # the model's positional inputs, each with the batch first
 
 
+_DEFAULTS = NonPrivateConfig()  # the defaults live in the config, once
+
+
 @dataclass(frozen=True)
 class TrainingHyperparameters:
-    learning_rate: float = 1e-3
-    weight_decay: float = 1e-2
-    batch_size: int = 128
-    max_epochs: int = 50
-    patience: int = 8
+    learning_rate: float = _DEFAULTS.learning_rate
+    weight_decay: float = _DEFAULTS.weight_decay
+    batch_size: int = _DEFAULTS.batch_size
+    max_epochs: int = _DEFAULTS.max_epochs
+    patience: int = _DEFAULTS.patience
     seed: int = 0
-    early_stopping: str = "auroc"  # "auroc" | "loss"
+    early_stopping: str = _DEFAULTS.early_stopping  # "auroc" | "loss"
 
     def __post_init__(self):
         if self.early_stopping not in ("auroc", "loss"):

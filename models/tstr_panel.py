@@ -1,7 +1,9 @@
-"""Train on synthetic, test on real with a panel of classifiers, as seed 004 reports it.
+"""Train on synthetic, test on real with a panel of classifiers, as Lee et al. 2022 report it.
 
-Seed 004: Lee, Kim, Jeong, Ro, "Differentially Private Normalizing Flows for Synthetic Tabular Data
-Generation" (AAAI 2022), section "Classification Performance" (Tables 2-3): 9 classifiers are fitted on
+References:
+    Lee, Kim, Jeong, Ro (2022). Differentially Private Normalizing Flows for Synthetic Tabular Data Generation. AAAI.
+
+Their section "Classification Performance" (Tables 2-3): 9 classifiers are fitted on
 the synthetic table and tested on real rows held out from the generator; macro-F1, AUROC and average
 precision (APC) are reported averaged over the classifiers and per classifier. Passing the real training
 rows instead of the synthetic ones gives the train-on-real reference with the same code.

@@ -30,20 +30,21 @@ from privehr.models.lira import leave_one_out, logit_confidence, shadow_membersh
 from privehr.models.privacy_ledger import LedgerEntry  # noqa: E402
 from privehr.models.one_run_audit import audit_scores  # noqa: E402
 from privehr.models.training import TrainingHyperparameters, fit_binary_classifier  # noqa: E402
+from privehr.core.run_layout import RunLayout  # noqa: E402
 from privehr.core.config import AuditConfig, PipelineConfig  # noqa: E402
 from privehr.core.errors import InputError  # noqa: E402
 from privehr.tasks.features import load_split  # noqa: E402
 from privehr.io.privacy_ledger import Ledger, record_release, reserve  # noqa: E402
 from privehr.tasks.progress import progress_artifact  # noqa: E402
 from privehr.tasks.release_budget import pipeline_dataset_id  # noqa: E402
-from privehr.tasks.run_directory import INTERMEDIATE, ledger_run  # noqa: E402
+from privehr.tasks.run_directory import ledger_run  # noqa: E402
 from privehr.tasks.run_logging import in_prefect_run, run_logger  # noqa: E402
 
 __all__ = ["plan_audit", "train_shadow", "evaluate_attacks"]
 
 
 def _population(config: AuditConfig):
-    features = Path(config.run_dir) / INTERMEDIATE
+    features = RunLayout(config.run_dir).intermediate
     if not (features / "features_train.npz").exists():
         raise InputError(f"{config.run_dir} has no features (intermediate/features_train.npz); audit a run of "
                          "privehr-pipeline that finished its features stage.")
@@ -62,7 +63,7 @@ AUDIT = "membership-inference audit"
 def _dataset(config: AuditConfig) -> str:
     if config.privacy.dataset_id:
         return config.privacy.dataset_id
-    run = PipelineConfig.model_validate_json((Path(config.run_dir) / "config.json").read_text())
+    run = PipelineConfig.model_validate_json(RunLayout(config.run_dir).config.read_text())
     if not Path(run.data.hdf5_path).exists():
         raise InputError(f"the audited run's input {run.data.hdf5_path} is not here, so its dataset cannot be "
                          "identified for the privacy ledger; pass it, or set privacy.dataset_id")
@@ -78,7 +79,7 @@ def plan_audit(config: AuditConfig) -> tuple[str, str]:
                                  {AUDIT: LedgerEntry("", "", "non_private", what=AUDIT)}, privacy.budget_epsilon,
                                  privacy.delta, False, AUDIT)
     _, y, _ = _population(config)
-    work = Path(config.run_dir) / INTERMEDIATE / "audit"
+    work = RunLayout(config.run_dir).audit_work
     work.mkdir(parents=True, exist_ok=True)
     # the canaries' inclusion (shadow 0's row is the one-run audit's draw) must be independent of anything an
     # attacker could know: OS entropy, unless the audit asked for reproducible randomness
@@ -134,7 +135,7 @@ def evaluate_attacks(config: AuditConfig, work: str, results: dict[str, list[str
     """LiRA (online/offline x per-example/fixed variance) and the one-run bound per mechanism; recorded in the
     ledger (under ``reservation``) before anything is written."""
     membership = np.load(Path(work) / "membership.npy")
-    out_dir = Path(config.run_dir) / "audit"
+    out_dir = RunLayout(config.run_dir).audit
     out_dir.mkdir(exist_ok=True)
     report = {"population": int(membership.shape[1]), "shadows": config.shadows, "label": config.label,
               "model": config.model, "dp_epsilon": config.epsilon, "delta": config.privacy.delta, "mechanisms": {}}

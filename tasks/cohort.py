@@ -11,10 +11,10 @@ from prefect import task
 
 from privehr.models.cohort import select_cohort
 from privehr.models.quarantine import mask_beyond_bounds
+from privehr.core.run_layout import RunLayout
 from privehr.core.errors import InputError
 from privehr.core.specs import load_mimic_spec
 from privehr.io.mimic_extract import read_patients, read_window
-from privehr.tasks.run_directory import INTERMEDIATE
 from privehr.tasks.run_logging import run_logger
 from privehr.io.validation import EXCLUDED_STAYS
 
@@ -48,7 +48,7 @@ def build_cohort(hdf5_path: str, run_dir: str, window_hours: int = 24, gap_hours
     if validation_report is not None:
         bounds = load_mimic_spec(mimic_spec).bounds()
         masked = mask_beyond_bounds(window.mean, window.count, window.variables, bounds)
-    out = Path(run_dir) / INTERMEDIATE / "cohort.npz"
+    out = RunLayout(run_dir).cohort_arrays
     np.savez(out, mean=window.mean, count=window.count, variables=np.array(window.variables),
              **{c: _array(cohort.stays[c]) for c in cohort.stays.columns})
     summary = {"stays": int(len(cohort.stays)), "subjects": int(cohort.stays["subject_id"].nunique()),
@@ -56,7 +56,7 @@ def build_cohort(hdf5_path: str, run_dir: str, window_hours: int = 24, gap_hours
                "label_rates": cohort.label_rates(), "exclusions": cohort.exclusions,
                "missing_hour_rows": int(window.missing_rows), "values_masked_beyond_outlier": masked,
                "missing_fraction_means": float(np.isnan(window.mean).mean()) if window.mean.size else None}
-    (Path(run_dir) / "cohort.json").write_text(json.dumps(summary, indent=2))
+    RunLayout(run_dir).cohort_summary.write_text(json.dumps(summary, indent=2))
     run_logger().info("cohort: %d stays kept, excluded %s", summary["stays"], cohort.exclusions)
     return str(out)
 

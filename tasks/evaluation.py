@@ -34,9 +34,9 @@ from privehr.models.bootstrap import (percentile_interval, stratified_counts, we
 from privehr.models.calibration import calibration
 from privehr.models.cohort import DEMOGRAPHICS, LABELS
 from privehr.models.subgroups import large_enough, subgroups
+from privehr.core.run_layout import RunLayout
 from privehr.core.config import Cell, EvaluationConfig
 from privehr.tasks.features import load_split
-from privehr.tasks.run_directory import INTERMEDIATE
 
 __all__ = ["predictions_path", "save_predictions", "evaluate_cells", "CellKey", "TestEvaluation", "cell_key",
            "key_cell", "baseline_key", "calibration_bins"]
@@ -45,7 +45,7 @@ CellKey = tuple  # (label, model, method, loss, target_epsilon); inf for non-pri
 
 
 def predictions_path(run_dir: str | Path, cell: Cell, seed: int) -> Path:
-    return Path(run_dir) / INTERMEDIATE / "predictions" / f"{cell.cell_id}-seed{seed}.npy"
+    return RunLayout(run_dir).predictions(cell.cell_id, seed)
 
 
 def save_predictions(run_dir: str | Path, cell: Cell, seed: int, probabilities) -> None:
@@ -83,8 +83,9 @@ class TestEvaluation:
 
 
 def _test_data(run_dir: Path):
-    test = load_split(str(run_dir / INTERMEDIATE), "test")
-    with np.load(run_dir / INTERMEDIATE / "cohort.npz") as cohort:  # not the hourly window: the ids and columns
+    run = RunLayout(run_dir)
+    test = load_split(str(run.intermediate), "test")
+    with np.load(run.cohort_arrays) as cohort:  # not the hourly window: the ids and columns
         ids = cohort["icustay_id"]
         columns = {c: cohort[c] for c in DEMOGRAPHICS if c in cohort.files}
     position = {int(s): i for i, s in enumerate(ids)}

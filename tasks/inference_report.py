@@ -1,5 +1,9 @@
-"""Report of ``privehr-private-inference``: seed 002's Tables 6 and 7 in shape, the privacy each column cost, and
-figures of the marginal and pairwise posteriors.
+"""Report of ``privehr-private-inference``: Tables 6 and 7 of Su et al. 2023 in shape, the privacy each column
+cost, and figures of the marginal and pairwise posteriors.
+
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
 
 Files in the run directory: ``inference.json`` (every column: mean and SD over runs of the posterior mean, SD and
 correlation matrix, with the plan's sigma and epsilon by PRV and RDP), ``report.md``, ``posterior_marginals.png``
@@ -22,6 +26,7 @@ from prefect import task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
 from privehr.models.run_summary import summarise_runs  # noqa: E402
+from privehr.core.run_layout import RunLayout  # noqa: E402
 from privehr.core.inference_config import InferenceConfig  # noqa: E402
 from privehr.core.strict_json import strict_dumps  # noqa: E402
 from privehr.tasks.private_inference import EXACT_KEY, inference_likelihood  # noqa: E402
@@ -29,9 +34,9 @@ from privehr.tasks.run_logging import in_prefect_run  # noqa: E402
 
 __all__ = ["write_inference_report", "inference_columns", "route_table", "format_cell", "versus_exact"]
 
-ROUTE_TITLES = {"dp_nf_vi/free_energy": "DP-NF-VI, free-energy loss (Algorithm 2; seed 002 Table 6)",
+ROUTE_TITLES = {"dp_nf_vi/free_energy": "DP-NF-VI, free-energy loss (Algorithm 2; Su et al. 2023, Table 6)",
                 "dp_nf_vi/tempered": "DP-NF-VI, tempered free energy (the alternative loss)",
-                "synthetic_vi/free_energy": "NF-VI on DP-NF synthetic data (seed 002 Table 7)"}
+                "synthetic_vi/free_energy": "NF-VI on DP-NF synthetic data (Su et al. 2023, Table 7)"}
 
 
 def _column_key(result: dict) -> str:
@@ -95,8 +100,8 @@ def _dp_head(column: dict) -> str:
 
 
 def route_table(columns: dict, route: str, names: tuple[str, ...], mus: list[float]) -> str:
-    """Seed 002's table shape: rows posterior mean / SD / correlation of each parameter, columns exact, NF-VI and
-    each mu; cells "mean (SD over runs)"."""
+    """The table shape of Su et al. 2023: rows posterior mean / SD / correlation of each parameter, columns exact,
+    NF-VI and each mu; cells "mean (SD over runs)"."""
     keys = [k for k in ("exact", "nf_vi") if k in columns] + [f"{route}/mu{mu:g}" for mu in mus
                                                               if f"{route}/mu{mu:g}" in columns]
     if not any(k.startswith(route) for k in keys):
@@ -121,7 +126,7 @@ def route_table(columns: dict, route: str, names: tuple[str, ...], mus: list[flo
 
 
 def _draws(run_dir: Path, key: str) -> np.ndarray | None:
-    path = run_dir / "posteriors" / f"{key}.draws.npy"
+    path = RunLayout(run_dir).posterior_draws(key)
     return np.load(path) if path.exists() else None
 
 
@@ -145,7 +150,7 @@ def _figures(run_dir: Path, columns: dict, names: tuple[str, ...], mus: list[flo
     axes[0][0].legend(fontsize=7)
     fig.suptitle("Marginal posteriors (first run of each column)")
     fig.tight_layout()
-    marginals = run_dir / "posterior_marginals.png"
+    marginals = RunLayout(run_dir).figure("posterior_marginals")
     fig.savefig(marginals, dpi=90)
     plt.close(fig)
 
@@ -165,7 +170,7 @@ def _figures(run_dir: Path, columns: dict, names: tuple[str, ...], mus: list[flo
         row[0].set_title(route, fontsize=7, loc="left")
     fig.suptitle(f"Pairwise posteriors at the largest budget, mu {max(mus):g} (orange), and exact (black)")
     fig.tight_layout()
-    pairwise = run_dir / "posterior_pairs.png"
+    pairwise = RunLayout(run_dir).figure("posterior_pairs")
     fig.savefig(pairwise, dpi=80)
     plt.close(fig)
     return [marginals, pairwise]
@@ -198,11 +203,11 @@ def write_inference_report(run_dir: str, paths: list[str], config: InferenceConf
         "\n## Distance to the exact posterior\n\n| column | correlation RMSE | mean SD ratio | worst mean error "
         "(exact SDs) |\n|---|---|---|---|\n" + "\n".join(comparison) + "\n\n"
         + "".join(f"![{p.stem}]({p.name})\n\n" for p in figures) + f"Artifacts: `{run_path}`\n")
-    (run_path / "report.md").write_text(markdown)
-    summary = {"run_id": run_path.name, "run_dir": str(run_path), "report": str(run_path / "report.md"),
+    RunLayout(run_path).report_md.write_text(markdown)
+    summary = {"run_id": run_path.name, "run_dir": str(run_path), "report": str(RunLayout(run_path).report_md),
                "figures": [str(p) for p in figures], "parameters": list(names), "columns": columns,
                "releases": len(paths)}
-    (run_path / "inference.json").write_text(strict_dumps(summary, indent=2))
+    RunLayout(run_path).inference_summary.write_text(strict_dumps(summary, indent=2))
     if in_prefect_run():
         inline = markdown
         for p in figures:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from prefect import task
 
+from privehr.core.run_layout import RunLayout
 from privehr.io.mimic_extract import inspect_extract, sha256_file
 from privehr.tasks.run_logging import run_logger
 
@@ -19,7 +19,7 @@ def ingest_extract(hdf5_path: str, run_dir: str, window_hours: int = 24, gap_hou
     """Validate the file, write ``ingest.json`` (keys, sizes, cohort counts, sha256); return its path."""
     summary = inspect_extract(hdf5_path, window_hours, gap_hours, chunk_rows, window_stats=False)
     summary["sha256"] = sha256_file(hdf5_path)
-    out = Path(run_dir) / "ingest.json"
+    out = RunLayout(run_dir).ingest
     out.write_text(json.dumps(summary, indent=2))
     run_logger().info("ingest: %d stays, %d variables, %d hourly rows", summary["stays"],
                       summary["variables"], summary["hourly_rows"])

@@ -9,7 +9,6 @@ writes ``posteriors/<job>.json`` (posterior mean, SD, correlation, the plan's re
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from privehr.models.privacy_ledger import LedgerEntry, dataset_id_of
 from privehr.models.private_inference import FlowShape, private_posterior, synthetic_posterior
 from privehr.models.randomness import NoiseSource, public_seed
 from privehr.models.release_plan import ReleasePlan, rate_batch
+from privehr.core.run_layout import RunLayout  # noqa: E402
 from privehr.core.config import DPNFConfig
 from privehr.core.errors import InputError
 from privehr.core.inference_config import InferenceConfig, VIConfig
@@ -33,15 +33,13 @@ from privehr.core.strict_json import strict_dumps
 from privehr.tasks.compute import share_cores
 from privehr.io.privacy_ledger import Ledger, record_release
 from privehr.tasks.release_budget import check_delta, reserve_planned
-from privehr.tasks.run_directory import INTERMEDIATE
 from privehr.tasks.run_logging import run_logger
 from privehr.tasks.synthesis import density_hyperparameters
 
 __all__ = ["inference_likelihood", "prepare_records", "check_inference_budget", "exact_posterior", "fit_posterior",
-           "vi_hyperparameters", "mu_plan", "POSTERIORS", "EXACT_KEY",
+           "vi_hyperparameters", "mu_plan", "EXACT_KEY",
            "result_path"]
 
-POSTERIORS = "posteriors"
 EXACT_KEY = "exact"
 KEPT_DRAWS = 2000  # draws of each posterior kept for the figures
 
@@ -54,11 +52,11 @@ def inference_likelihood(config: InferenceConfig) -> Likelihood:
 
 
 def _records_path(run_dir: str | Path) -> Path:
-    return Path(run_dir) / INTERMEDIATE / "records.pt"
+    return RunLayout(run_dir).records
 
 
 def result_path(run_dir: str | Path, key: str) -> Path:
-    return Path(run_dir) / POSTERIORS / f"{key}.json"
+    return RunLayout(run_dir).posterior(key)
 
 
 def _read_table(path: Path, likelihood: Likelihood) -> torch.Tensor:
@@ -132,8 +130,8 @@ def vi_hyperparameters(vi: VIConfig, n: int, temperature: float = 1.0, seed: int
 
 def mu_plan(settings: VIConfig | DPNFConfig, n: int, mu: float, delta: float) -> ReleasePlan:
     """The plan of one release trained by ``settings`` (T steps at rate q, clipped to C) at a mu-GDP budget."""
-    return ReleasePlan.for_steps(n, settings.sample_rate, settings.steps, kind="mu", value=mu, delta=delta,
-                                 max_grad_norm=settings.max_grad_norm)
+    return ReleasePlan.for_mu(n, settings.sample_rate, settings.steps, mu=mu, delta=delta,
+                              max_grad_norm=settings.max_grad_norm)
 
 
 def _planned_entry(job: dict, config: InferenceConfig, n: int, kind: str) -> LedgerEntry:
@@ -160,9 +158,9 @@ def check_inference_budget(run_dir: str, config: InferenceConfig, n: int) -> dic
 
 
 def _write(run_dir: str, key: str, result: dict, draws: torch.Tensor) -> str:
-    folder = Path(run_dir) / POSTERIORS
-    folder.mkdir(exist_ok=True)
-    np.save(folder / f"{key}.draws.npy", draws[:KEPT_DRAWS].numpy().astype(np.float32))
+    run = RunLayout(run_dir)
+    run.posteriors.mkdir(exist_ok=True)
+    np.save(run.posterior_draws(key), draws[:KEPT_DRAWS].numpy().astype(np.float32))
     path = result_path(run_dir, key)
     path.write_text(strict_dumps(result, indent=2))  # written last: its existence means the fit is complete
     return str(path)

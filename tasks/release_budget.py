@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
+from dataclasses import replace
 
 from prefect import task
 
 from privehr.models.privacy_ledger import GUARANTEES, LedgerEntry, dataset_id_of
+from privehr.core.run_layout import RunLayout
 from privehr.core.config import Cell, PipelineConfig, SynthesisConfig
 from privehr.core.errors import InputError
 from privehr.core.specs import load_ehr_spec
@@ -29,8 +30,8 @@ from privehr.tasks.run_directory import ledger_run
 from privehr.tasks.run_logging import run_logger
 from privehr.io.mimic_extract import read_patients
 from privehr.tasks.synthesis import COUNT_KEY, imputed_tables, needs_noisy_count, planned_entry
-from privehr.tasks.train import (default_hyperparameters, dp_sgd_plan, fit_key, guarantee, saved_fit, saved_search,
-                         search_configurations, trial_key)
+from privehr.tasks.methods import get_method
+from privehr.tasks.train import fit_key, saved_fit, saved_search, search_configurations, trial_key
 
 __all__ = ["check_privacy_budget", "check_synthesis_budget", "pipeline_dataset_id", "synthesis_dataset_id",
            "reserve_planned", "check_delta"]
@@ -65,7 +66,7 @@ def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry
                "epsilon_dp_after_run_by_accountant": {"prv": after.epsilon_dp_prv, "rdp": after.epsilon_dp_rdp,
                                                       "pld": after.epsilon_dp_pld},
                "not_dp_after_run": after.not_dp, "delta": after.delta, "budget_epsilon": verdict.budget_epsilon}
-    (Path(run_dir) / "privacy_budget.json").write_text(strict_dumps(summary, indent=2))
+    RunLayout(run_dir).privacy_budget.write_text(strict_dumps(summary, indent=2))
     if not refused:
         run_logger().info("privacy budget: %d planned %s reserved (%d voided); dataset after the run: %s",
                           len(planned), what, voided, after.guarantee)
@@ -92,36 +93,30 @@ def check_delta(delta: float, records: int) -> None:
                          "release could expose a record outright; choose a much smaller delta (1e-5 or less is usual)")
 
 
-def _entry(cell: Cell, config: PipelineConfig, plan, what: str) -> LedgerEntry:
-    if cell.method == "dp_sgd":
-        return plan.ledger_entry(guarantee("dp_sgd", config.privacy, config.training, what), what)
-    if cell.method == "expm_nf":
-        return LedgerEntry("", "", "expm_nf", cell.target_epsilon, what=what)
-    return LedgerEntry("", "", "non_private", what=what)
-
-
 @task(name="check-privacy-budget")
 def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig) -> dict[str, str]:
     """Reserve every release of the grid (search trials included); raise if the budget would be exceeded.
 
     Returns reservation ids by :func:`privehr.tasks.train.fit_key` / :func:`privehr.tasks.train.trial_key`."""
     training, privacy = config.training, config.privacy
-    counts = json.loads((Path(run_dir) / "split_summary.json").read_text())["counts"]
+    counts = json.loads(RunLayout(run_dir).split_summary.read_text())["counts"]
     n_train, n_fit = counts["train"]["stays"], counts["train"]["stays"] + counts["dev"]["stays"]
     check_delta(privacy.delta, n_train)
     planned: dict[str, LedgerEntry] = {}
     for cell in cells:
+        method = get_method(cell.method)
         chosen = saved_search(run_dir, cell, training) if config.resume else None
-        if chosen is None and cell.method == "dp_sgd" and training.search_budget > 1:
-            trial_plan = dp_sgd_plan(n_train, default_hyperparameters(cell, training), cell, privacy)
+        defaults = method.default_hyperparameters(cell, training)
+        if chosen is None and method.reserves_search_trials(training):
+            trial = method.planned_entry(cell, n_train, defaults, privacy, training, "search trial")
             for k in range(len(search_configurations(cell, training))):
-                planned[trial_key(cell, k)] = _entry(cell, config, trial_plan, f"search trial {k}")
-        hp = chosen or default_hyperparameters(cell, training)  # DP-SGD's plan does not depend on the search
-        plan = dp_sgd_plan(n_fit, hp, cell, privacy) if cell.method == "dp_sgd" else None
-        for seed in range(training.seeds_for(cell)):
+                planned[trial_key(cell, k)] = replace(trial, what=f"search trial {k}")
+        # a DP-SGD plan does not depend on the search (it searches no plan parameter): one entry per cell
+        final = method.planned_entry(cell, n_fit, chosen or defaults, privacy, training, "final fit")
+        for seed in range(method.seeds(training)):
             if chosen is not None and saved_fit(run_dir, cell, chosen, seed, training) is not None:
                 continue  # finished by an earlier attempt: already in the ledger
-            planned[fit_key(cell, seed)] = _entry(cell, config, plan, "final fit")
+            planned[fit_key(cell, seed)] = final
     try:
         return reserve_planned(run_dir, pipeline_dataset_id(config), config, planned, "grid release(s)")
     except BudgetExceeded as refused:
@@ -134,14 +129,15 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
 @task(name="check-synthesis-budget")
 def check_synthesis_budget(run_dir: str, config: SynthesisConfig) -> dict[str, str]:
     """Reserve this run's DP-NF flows (and its non-private one) before any is trained; raise if over budget."""
-    n = json.loads((Path(run_dir) / "imputation.json").read_text())["patients"]["train"]
+    run = RunLayout(run_dir)
+    n = json.loads(run.imputation.read_text())["patients"]["train"]
     check_delta(config.privacy.delta, n)
     kind = "reproducible" if config.privacy.reproducible_noise else "dp"
     planned = {}
     for job in config.jobs():
-        if config.resume and (Path(run_dir) / "releases" / f"{job['job_id']}.json").exists():
+        if config.resume and run.release(job["job_id"]).exists():
             continue  # finished by an earlier attempt: already in the ledger
         planned[job["job_id"]] = planned_entry(config, job, n, kind)
-    if needs_noisy_count(config, load_ehr_spec(config.spec)) and not (Path(run_dir) / "released_count.json").exists():
+    if needs_noisy_count(config, load_ehr_spec(config.spec)) and not run.released_count.exists():
         planned[COUNT_KEY] = LedgerEntry("", "", "dp", config.count_epsilon, guarantee=kind, what="patient count")
     return reserve_planned(run_dir, synthesis_dataset_id(run_dir, config), config, planned, "synthesis release(s)")

@@ -14,6 +14,8 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 from privehr.models.dp_utility_checks import check_dp_sgd_curves
 from privehr.models.result_summary import summarise_runs
 from privehr.models.privacy_ledger import compose_entries
+from privehr.core.records import FitRow
+from privehr.core.run_layout import RunLayout
 from privehr.core.config import Cell, EvaluationConfig, PagesConfig, PrivacyConfig
 from privehr.tasks.evaluation import TestEvaluation, calibration_bins, cell_key, evaluate_cells
 from privehr.io.figures import plot_auroc_vs_epsilon, plot_expm_boxplots, plot_reliability, plot_subgroup_cost
@@ -61,7 +63,7 @@ def _expm_draws(run_dir: Path, runs: list[dict]) -> pd.DataFrame:
         if r["method"] != "expm_nf":
             continue
         cell = Cell(**{k: r[k] for k in ("label", "model", "method", "loss", "target_epsilon")})
-        path = run_dir / "models" / f"{cell.cell_id}-seed{r['seed']}.draws.json"
+        path = RunLayout(run_dir).expm_draws(cell.cell_id, r["seed"])
         if path.exists():
             parts.append(pd.DataFrame({"label": r["label"], "model": r["model"], "target_epsilon": r["target_epsilon"],
                                        "auroc": json.loads(path.read_text())["auroc"]}))
@@ -176,7 +178,7 @@ def evaluation_lines(ev: TestEvaluation, config: EvaluationConfig) -> str:
 
 def _validation_lines(run_dir: Path, pages: PagesConfig) -> str:
     lines = []
-    for path in sorted((run_dir / "validation").glob("*/validation.json")):
+    for path in sorted(RunLayout(run_dir).validation_dir.glob("*/validation.json")):
         v = json.loads(path.read_text())
         quarantined = sum(c["rows"] for c in v["quarantine"].values())
         lines.append(f"Validation of `{Path(v['input']).name}`: {'passed' if v['passed'] else 'FAILED'}, "
@@ -191,7 +193,7 @@ def _eps(value) -> str:
 
 def ledger_lines(run_dir: Path, privacy: PrivacyConfig) -> tuple[str, dict | None]:
     """The dataset's composed guarantee after this run, from the ledger (Markdown, and the numbers)."""
-    path = run_dir / "privacy_budget.json"
+    path = RunLayout(run_dir).privacy_budget
     if not path.exists():
         return "", None
     b = json.loads(path.read_text())
@@ -208,10 +210,11 @@ def ledger_lines(run_dir: Path, privacy: PrivacyConfig) -> tuple[str, dict | Non
 
 
 def _synthesis_lines(run_dir: Path) -> str:
-    path = run_dir / "synthesis" / "report.md"
+    synthesis = RunLayout(run_dir).synthesis
+    path = synthesis.report_md
     if not path.exists():
         return ""
-    results = pd.read_csv(run_dir / "synthesis" / "results.csv")
+    results = pd.read_csv(synthesis.results)
     auroc = raw_accuracy(results, "tstr_auroc")
     metric, values = ("mean TSTR AUROC (nine classifiers; train on synthetic, test on real) ", auroc) if len(auroc) \
         else ("mean SVM accuracy (train on synthetic, test on real) ", raw_accuracy(results))
@@ -228,25 +231,26 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
     ``stage_seconds``: the wall time of the flow's stages so far; the report's own (up to writing
     metrics.json) is added, and the table goes into results.md and metrics.json."""
     start = time.perf_counter()
-    run_dir = Path(run_dir)
+    run_dir, run = Path(run_dir), RunLayout(run_dir)
+    runs = [FitRow.model_validate(r).model_dump(exclude_unset=True) for r in runs]  # typed rows, as written
     frame = pd.DataFrame(runs)
-    frame.to_csv(run_dir / "results_runs.csv", index=False)
+    frame.to_csv(run.results_runs, index=False)
     summary = summarise_runs(frame)
-    summary.to_csv(run_dir / "results.csv", index=False)
-    figure = plot_auroc_vs_epsilon(summary, run_dir / "auroc_vs_epsilon.png")
-    boxplots = plot_expm_boxplots(_expm_draws(run_dir, runs), run_dir / "expm_nf_auroc_boxplots.png")
+    summary.to_csv(run.results, index=False)
+    figure = plot_auroc_vs_epsilon(summary, run.figure("auroc_vs_epsilon"))
+    boxplots = plot_expm_boxplots(_expm_draws(run_dir, runs), run.figure("expm_nf_auroc_boxplots"))
     rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
             for r in summary.to_dict("records")]
-    cohort = json.loads((run_dir / "cohort.json").read_text())
-    split = json.loads((run_dir / "split_summary.json").read_text())["counts"]
+    cohort = json.loads(run.cohort_summary.read_text())
+    split = json.loads(run.split_summary.read_text())["counts"]
     note = PRIVACY_NOTE.format(delta=privacy.delta, reproducible=REPRODUCIBLE if privacy.reproducible_noise else "")
     ledger_text, ledger_total = ledger_lines(run_dir, privacy)
     ev = evaluate_cells(run_dir, runs, evaluation)
     checks = check_dp_sgd_curves(frame, ev.auroc_replicates, evaluation.confidence) if len(frame) else []
     evaluated = [{"label": k[0], "model": k[1], "method": k[2], "loss": k[3], "target_epsilon": k[4], **c}
                  for k, c in sorted(ev.cells.items())]
-    reliability = plot_reliability(evaluated, run_dir / "calibration.png")
-    subgroup_figure = plot_subgroup_cost(ev.privacy_cost, run_dir / "subgroup_privacy_cost.png")
+    reliability = plot_reliability(evaluated, run.figure("calibration"))
+    subgroup_figure = plot_subgroup_cost(ev.privacy_cost, run.figure("subgroup_privacy_cost"))
     table = results_table(rows)
     markdown = (f"# privehr run {run_dir.name}\n\nMedian test metrics over seeds.\n\n{table}\n\n{note}\n\n"
                 f"{curve_check_lines(checks)}![AUROC vs epsilon]({figure.name})\n\n"
@@ -265,7 +269,7 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
                  "to the last; the fits of early cells overlap it)"
                  + (f"; the fits' own times add up to {fit_seconds:.0f} s over {len(frame)} fits" if fit_seconds
                     else "") + ".\n\n```\n" + timing_table(stages) + "\n```\n")
-    (run_dir / "results.md").write_text(markdown)
+    run.results_md.write_text(markdown)
     inlined = inline_figures(markdown, run_dir)  # report.html and the Prefect UI cannot reach the run directory
     html_path = write_report_html(run_dir, inlined, f"privehr run {run_dir.name}")
     result = {"run_id": run_dir.name, "run_dir": str(run_dir), "results": rows, "runs": len(runs),
@@ -276,7 +280,7 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
                              "bootstrap_resamples": evaluation.bootstrap_resamples, "cells": evaluated,
                              "subgroups": ev.subgroups, "privacy_cost": ev.privacy_cost, "not_evaluated": ev.missing},
               "cohort": {k: cohort[k] for k in ("stays", "label_rates", "exclusions")}, "split": split}
-    (run_dir / "metrics.json").write_text(strict_dumps(result, indent=2, default=float))
+    run.metrics.write_text(strict_dumps(result, indent=2, default=float))
     if in_prefect_run():
         create_table_artifact([{c: _cell(r.get(c)) for c in COLUMNS} for r in rows], key="privehr-results",
                               description=f"Median test metrics of run {run_dir.name}. {note}")

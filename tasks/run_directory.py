@@ -16,14 +16,13 @@ from pathlib import Path
 from prefect import task
 from pydantic import BaseModel
 
+from privehr.core.run_layout import RunLayout  # noqa: E402
 from privehr.core.config import PipelineConfig
 from privehr.core.errors import InputError
 from privehr.io.privacy_ledger import Ledger
 from privehr.tasks.run_logging import run_logger
 
-__all__ = ["create_run_directory", "new_run_id", "INTERMEDIATE", "run_lock", "ledger_run"]
-
-INTERMEDIATE = "intermediate"  # patient-level derived data: as sensitive as data/, never in git
+__all__ = ["create_run_directory", "new_run_id", "run_lock", "ledger_run"]
 
 
 def new_run_id() -> str:
@@ -64,16 +63,17 @@ def create_run_directory(config: PipelineConfig | BaseModel) -> str:
                              "it") from None
         except OSError as err:
             raise unwritable(err) from None
-    if resume and (run_dir / "config.json").exists():
-        previous = type(config).model_validate_json((run_dir / "config.json").read_text())
+    run = RunLayout(run_dir)
+    if resume and run.config.exists():
+        previous = type(config).model_validate_json(run.config.read_text())
         if previous.model_copy(update={"resume": True}) != config:
             raise InputError(f"run {run_id} was made with a different configuration; resume only continues the "
                              "same run (see its config.json), start a new run id otherwise")
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / INTERMEDIATE).mkdir(exist_ok=True)
+    run.intermediate.mkdir(exist_ok=True)
     saved = config.model_copy(update={"resume": False}) if resume else config
-    (run_dir / "config.json").write_text(saved.model_dump_json(indent=2))
-    previous_provenance = run_dir / "provenance.json"
+    run.config.write_text(saved.model_dump_json(indent=2))
+    previous_provenance = run.provenance
     uid = (json.loads(previous_provenance.read_text()).get("run_uid") if resume and previous_provenance.exists()
            else None) or secrets.token_hex(8)
     provenance = {
@@ -84,7 +84,7 @@ def create_run_directory(config: PipelineConfig | BaseModel) -> str:
         "python": platform.python_version(),
         "packages": {p: version(p) for p in ("torch", "numpy", "pandas", "prefect", "dvc", "h5py")},
     }
-    (run_dir / "provenance.json").write_text(json.dumps(provenance, indent=2))
+    run.provenance.write_text(json.dumps(provenance, indent=2))
     run_logger().info("run %s: directory %s", run_id, run_dir)
     return str(run_dir)
 
@@ -94,14 +94,14 @@ def ledger_run(run_dir: str | Path) -> str:
 
     The uid is drawn when the directory is created and kept by resumes: two runs with the same path in
     different checkouts, or a run id reused after its directory was deleted, are different runs."""
-    uid = json.loads((Path(run_dir) / "provenance.json").read_text())["run_uid"]
+    uid = json.loads(RunLayout(run_dir).provenance.read_text())["run_uid"]
     return "/".join(Path(run_dir).resolve().parts[-2:]) + f"#{uid}"
 
 
 @contextmanager
 def run_lock(run_dir: str | Path) -> Iterator[None]:
     """Hold the run directory's lock: a second process continuing the same run is refused while this one lives."""
-    path = Path(run_dir) / ".lock"
+    path = RunLayout(run_dir).lock
     fh = open(path, "a")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -12,16 +12,15 @@ from prefect import task
 
 from privehr.models.cohort import LABELS
 from privehr.models.patient_split import SPLITS, split_subjects
+from privehr.core.run_layout import RunLayout
 from privehr.core.config import SplitConfig
 from privehr.core.errors import InputError
 from privehr.tasks.cohort import load_cohort
-from privehr.tasks.run_directory import INTERMEDIATE
 from privehr.tasks.run_logging import run_logger
 
-__all__ = ["split_cohort", "load_manifest", "check_labels", "SPLIT_SUMMARY"]
+__all__ = ["split_cohort", "load_manifest", "check_labels"]
 
 STRATA = ("mort_icu", "los_3")
-SPLIT_SUMMARY = "split_summary.json"  # counts, label rates, the manifest's hash: what a run versions
 
 
 @task(name="split")
@@ -48,11 +47,11 @@ def split_cohort(cohort_path: str, config: SplitConfig, run_dir: str) -> str:
         "subjects": {s: sorted(stays.loc[split == s, "subject_id"].unique().tolist()) for s in SPLITS},
         "icustay_ids": {s: stays.loc[split == s, "icustay_id"].tolist() for s in SPLITS},
     }
-    out = Path(run_dir) / INTERMEDIATE / "split_manifest.json"
+    out = RunLayout(run_dir).split_manifest
     out.write_text(json.dumps(manifest, indent=1))
     summary = {k: v for k, v in manifest.items() if k not in ("subjects", "icustay_ids")}
     summary["manifest_sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()
-    (Path(run_dir) / SPLIT_SUMMARY).write_text(json.dumps(summary, indent=1))
+    RunLayout(run_dir).split_summary.write_text(json.dumps(summary, indent=1))
     run_logger().info("split: %s", {s: manifest["counts"][s]["stays"] for s in SPLITS})
     return str(out)
 

@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 from prefect import task
 
+from privehr.models.budget_kinds import budget_kind
 from privehr.models.classifiers import seeded_build
 from privehr.models.derived_columns import add_derived
 from privehr.models.device import resolve_device
@@ -37,6 +38,7 @@ from privehr.models.privacy_ledger import GUARANTEES, LedgerEntry
 from privehr.models.randomness import NoiseSource, public_seed
 from privehr.models.release_plan import ReleasePlan, rate_batch
 from privehr.models.table_scaling import AffineScaling
+from privehr.core.run_layout import RunLayout
 from privehr.core.config import MARGINAL_SYNTHESIZERS, Budget, DPNFConfig, HFlowConfig, SynthesisConfig
 from privehr.core.errors import InputError
 from privehr.core.specs import check_targets, load_ehr_spec
@@ -44,7 +46,6 @@ from privehr.tasks.compute import share_cores
 from privehr.core.strict_json import strict_dumps
 from privehr.io.privacy_ledger import record_release
 from privehr.tasks.progress import progress_artifact
-from privehr.tasks.run_directory import INTERMEDIATE
 from privehr.tasks.run_logging import run_logger
 
 __all__ = ["synthesize", "imputed_tables", "release_patient_count", "density_hyperparameters",
@@ -56,9 +57,9 @@ COUNT_KEY = "patient-count"  # the reservation of the noisy patient count
 
 def imputed_tables(run_dir: str | Path, imputation: int) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """(train, test, imputation summary) of one MICE dataset of an ``impute`` task's run directory."""
-    run_dir = Path(run_dir)
-    summary = json.loads((run_dir / "imputation.json").read_text())
-    folder = run_dir / INTERMEDIATE / "imputed"
+    run = RunLayout(run_dir)
+    summary = json.loads(run.imputation.read_text())
+    folder = run.imputed
     read = lambda part: pd.read_csv(folder / f"{part}_{imputation}.csv", index_col=0)  # noqa: E731
     return read("train"), read("test"), summary
 
@@ -89,17 +90,17 @@ def synthetic_rows(run_dir: str | Path, config: SynthesisConfig, spec, summary: 
         return config.rows
     if spec.public_patient_count:
         return summary["decisions"]["records_read"]
-    return json.loads((Path(run_dir) / "released_count.json").read_text())["count"]
+    return json.loads(RunLayout(run_dir).released_count.read_text())["count"]
 
 
 @task(name="release-patient-count")
 def release_patient_count(run_dir: str, config: SynthesisConfig, reservation: str | None) -> int | None:
     """Release the table's patient count with epsilon-DP noise (two-sided geometric) when the tables need it."""
     spec = load_ehr_spec(config.spec)
-    out = Path(run_dir) / "released_count.json"
+    out = RunLayout(run_dir).released_count
     if not needs_noisy_count(config, spec) or out.exists():
         return None
-    summary = json.loads((Path(run_dir) / "imputation.json").read_text())
+    summary = json.loads(RunLayout(run_dir).imputation.read_text())
     noise = NoiseSource.for_release(config.privacy.reproducible_noise, COUNT_KEY)
     count = noisy_count(summary["patients"]["train"] + summary["patients"]["test"], config.count_epsilon,
                         noise.numpy_generator("count"))
@@ -138,8 +139,7 @@ def _decoded_tables(raw: pd.DataFrame, codec: TableCodec) -> tuple[pd.DataFrame,
 def _fit_maf(x_frame, test, attributes, spec, config, plan, noise, seed, target, job_id):
     """DP-NF: every column continuous, affinely scaled (by the bounds, or the training statistics)."""
     bounds = {a: spec.bounds()[a].code_range() for a in attributes}
-    scaling = (AffineScaling.from_bounds(bounds, attributes) if config.scaling == "bounds"
-               else AffineScaling.fit(x_frame[attributes]))
+    scaling = AffineScaling(bounds if config.scaling == "bounds" else None).fit(x_frame[attributes])  # train only
     x = torch.tensor(scaling.transform(x_frame), dtype=torch.float32, device=target)
     nf = config.dpnf
     flow = seeded_build(lambda: MAF(len(attributes), nf.blocks, nf.hidden_size, nf.hidden_layers), seed).to(target)
@@ -178,11 +178,9 @@ FLOW_SYNTHESIZERS = {"maf": _fit_maf, "hflow": _fit_hflow}
 def job_plan(config: SynthesisConfig, job: dict, n: int) -> ReleasePlan | None:
     """The DP-SGD plan of a flow job on ``n`` patients (None: non-private), known before training."""
     budget = Budget(**job["budget"])
-    if budget.kind == "non_private":
-        return None
     nf = config.dpnf if job.get("synthesizer", "maf") == "maf" else config.hflow
-    return ReleasePlan.for_steps(n, nf.sample_rate, nf.steps, kind=budget.kind, value=budget.value,
-                                 delta=config.privacy.delta, max_grad_norm=nf.max_grad_norm)
+    return budget_kind(budget.kind).plan(n, nf.sample_rate, nf.steps, budget.value, delta=config.privacy.delta,
+                                         max_grad_norm=nf.max_grad_norm)
 
 
 def planned_entry(config: SynthesisConfig, job: dict, n: int, guarantee: str) -> LedgerEntry:
@@ -204,8 +202,8 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: st
                device: str = "auto") -> str:
     """Fit one synthesizer (a flow, or a marginal baseline), record it in the privacy ledger under ``reservation``,
     sample ``config.releases`` synthetic tables; return the release record's path."""
-    run_dir_path = Path(run_dir)
-    path = run_dir_path / "releases" / f"{job['job_id']}.json"
+    run = RunLayout(run_dir)
+    path = run.release(job["job_id"])
     if config.resume and path.exists():  # written last: the model and its tables are complete (and recorded)
         run_logger().info("synthesize %s: done by an earlier attempt of this run", job["job_id"])
         return str(path)
@@ -221,7 +219,7 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: st
     noise = NoiseSource.for_release(config.privacy.reproducible_noise, job["job_id"])
     rows = synthetic_rows(run_dir, config, spec, summary)
     codec = TableCodec.from_spec(spec, attributes) if (synthesizer != "maf" or config.scaling == "bounds") else None
-    flows_dir = run_dir_path / INTERMEDIATE / "flows"
+    flows_dir = run.flows
     record_extra: dict = {}
 
     if synthesizer in MARGINAL_SYNTHESIZERS:
@@ -263,8 +261,8 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: st
     if spec.drafted_from_data:  # the bounds and categories were read from the patients: the scaling is private
         scaling_record = {**scaling_record, "inside_guarantee": False, "drafted_from_data": True}
     releasable = guarantee == "dp" and scaling_record["inside_guarantee"]  # everything in it is covered by DP
-    out_dir = run_dir_path / ("synthetic" if releasable else f"{INTERMEDIATE}/synthetic")
-    for folder in (out_dir, run_dir_path / "releases"):
+    out_dir = run.synthetic(releasable)
+    for folder in (out_dir, run.releases):
         folder.mkdir(parents=True, exist_ok=True)
     decoder = codec or TableCodec.from_spec(spec, attributes, require_bounds=False)
     files, nonfinite = [], 0

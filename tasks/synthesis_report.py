@@ -1,5 +1,10 @@
-"""Synthesis report: seed-002-style utility tables, the TSTR panel and mixed-type fidelity of seed 004, the releases
-and what they cost, one column per (synthesizer, budget).
+"""Synthesis report: utility tables in the style of Su et al. 2023, the TSTR panel and mixed-type fidelity of
+Lee et al. 2022, the releases and what they cost, one column per (synthesizer, budget).
+
+References:
+    Lee, Kim, Jeong, Ro (2022). Differentially Private Normalizing Flows for Synthetic Tabular Data Generation. AAAI.
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
 
 Files in the synthesis run directory: ``results.csv`` (one row per synthetic table),
 ``report.md``, ``utility_vs_budget.png``, ``marginals.png``; the same as Prefect artifacts.
@@ -15,14 +20,14 @@ import pandas as pd
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_ehr_spec
 from privehr.models.column_codec import TableCodec
 from privehr.io.figures import marginal_histograms, plot_synthesis_utility
-from privehr.tasks.run_directory import INTERMEDIATE
 from privehr.tasks.run_logging import in_prefect_run, run_logger
 from privehr.tasks.synthesis import imputed_tables
 
-__all__ = ["write_synthesis_report", "seed002_table", "synthesis_results", "raw_accuracy"]
+__all__ = ["write_synthesis_report", "su2023_table", "synthesis_results", "raw_accuracy"]
 
 RELEASE_COLUMNS = ["budget_label", "mechanism", "guarantee", "noise_multiplier", "sample_rate", "steps",
                    "max_grad_norm", "delta", "epsilon_prv", "epsilon_rdp", "epsilon_pld", "mu", "epsilon_gdp",
@@ -70,9 +75,9 @@ def _budget_order(labels) -> list[str]:
     return sorted(set(labels), key=key)
 
 
-def seed002_table(results: pd.DataFrame, originals: pd.DataFrame, metric: str) -> pd.DataFrame:
+def su2023_table(results: pd.DataFrame, originals: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Rows (truncation, imputation | mean), columns Original and each budget: "mean (sd)" over runs x releases,
-    as seed 002 Tables 2-3 (the mean row averages over all imputations' tables)."""
+    as Su et al. 2023, Tables 2-3 (the mean row averages over all imputations' tables)."""
     budgets = _budget_order(results["budget_label"])
     out = []
     for truncated in (False, True):
@@ -102,10 +107,10 @@ def _markdown(frame: pd.DataFrame) -> str:
 @task(name="synthesis-report")
 def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths: list[str], config) -> dict:
     """Write the report files and artifacts; return a summary of counts and paths (no patient values)."""
-    run_dir_path = Path(run_dir)
+    run = RunLayout(run_dir)
     results, releases = synthesis_results(record_paths)
     originals = pd.DataFrame([json.loads(Path(p).read_text()) for p in original_paths])
-    results.to_csv(run_dir_path / "results.csv", index=False)
+    results.to_csv(run.results, index=False)
     spec = load_ehr_spec(config.spec)
     label, target, excluded = config.targets(spec)
     order = _budget_order(results["budget_label"])
@@ -113,17 +118,19 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
     if label is not None:
         for metric, title in (("tstr_auroc", "TSTR AUROC"), ("tstr_macro_f1", "TSTR macro-F1"),
                               ("tstr_average_precision", "TSTR average precision")):
-            tables[metric] = seed002_table(results, originals, metric)
-        tables["svm_accuracy"] = seed002_table(results, originals, "svm_accuracy")
+            tables[metric] = su2023_table(results, originals, metric)
+        tables["svm_accuracy"] = su2023_table(results, originals, "svm_accuracy")
         utility_sections += [
-            f"## TSTR panel, {label}: AUROC (mean over the classifiers of seed 004's panel fitted on each table, "
-            "tested on real patients; mean (SD) over runs x releases)", _markdown(tables["tstr_auroc"]),
+            f"## TSTR panel, {label}: AUROC (mean over the classifiers of the panel of Lee et al. 2022 "
+            "fitted on each table, tested on real patients; mean (SD) over runs x releases)",
+            _markdown(tables["tstr_auroc"]),
             f"## TSTR panel, {label}: macro-F1", _markdown(tables["tstr_macro_f1"]),
             f"## TSTR panel, {label}: average precision", _markdown(tables["tstr_average_precision"]),
-            f"## SVM accuracy, {label} (seed 002; train on synthetic, test on real)", _markdown(tables["svm_accuracy"])]
+            f"## SVM accuracy, {label} (Su et al. 2023; train on synthetic, test on real)",
+            _markdown(tables["svm_accuracy"])]
     if target is not None:
-        tables["rf_mse"] = seed002_table(results, originals, "rf_mse")
-        utility_sections += [f"## Random forest MSE, {target} (seed 002)", _markdown(tables["rf_mse"])]
+        tables["rf_mse"] = su2023_table(results, originals, "rf_mse")
+        utility_sections += [f"## Random forest MSE, {target} (Su et al. 2023)", _markdown(tables["rf_mse"])]
     if not utility_sections:
         utility_sections = ["## Utility", "No target: name a binary column under the spec's targets.classification "
                             "(or pass --classification-target) for the train-on-synthetic, test-on-real models."]
@@ -133,13 +140,13 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
     costs = releases.groupby("budget_label")[["synthesizer", *RELEASE_COLUMNS[1:]]].first().join(
         releases.groupby("budget_label")["test_log_likelihood"].mean()).reindex(
         _budget_order(releases["budget_label"])).reset_index()
-    figure = plot_synthesis_utility(results, originals, order, run_dir_path / "utility_vs_budget.png",
+    figure = plot_synthesis_utility(results, originals, order, run.figure("utility_vs_budget"),
                                     ([("tstr_auroc", f"TSTR AUROC ({label})"), ("svm_accuracy", f"SVM accuracy ({label})")]
                                      if label is not None else []) + ([("rf_mse", f"RF MSE ({target})")]
                                                                       if target is not None else []))
     train, _, summary = imputed_tables(run_dir, 0)
     public_count = spec.public_patient_count
-    marginals = _marginal_figures(run_dir_path, results, train, summary, spec)
+    marginals = _marginal_figures(run.root, results, train, summary, spec)
     not_dp = sorted(set(releases["guarantee"]) - {"DP"})
     synthesizers = sorted(set(releases["synthesizer"]), key=SYNTHESIZER_ORDER.index)
     guarantee = ("The DP guarantee covers each release's use of the imputed training patients: a flow's DP-SGD "
@@ -168,8 +175,9 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
         f"{len(releases)} releases, {len(results)} synthetic tables (raw, and decoded to the spec: categories, "
         "integers, bounds). Utility inputs leave out " + (", ".join(excluded) if excluded else "no column") + ".",
         *utility_sections,
-        "## Mixed-type fidelity (decoded tables vs real training patients, seed 004: TV of discrete columns, "
-        "Kendall-tau matrix RMSE / MAE, share of values that are no valid value of their column)", _markdown(mixed),
+        "## Mixed-type fidelity (decoded tables vs real training patients, as Lee et al. 2022: TV of discrete "
+        "columns, Kendall-tau matrix RMSE / MAE, share of values that are no valid value of their column)",
+        _markdown(mixed),
         "## Fidelity (raw tables vs real training patients; detection AUROC 0.5 = indistinguishable; "
         "share closer to train ~0.5 = no copying)", _markdown(fidelity),
         "## Releases and their cost (test_log_likelihood: mean held-out log p(x) per patient in original units, "
@@ -180,13 +188,13 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
         + (f"\n\nReal-vs-synthetic marginals: {', '.join(f'`{m}`' for m in marginals)} (not versioned)"
            if marginals else ""),
     ])
-    (run_dir_path / "report.md").write_text(markdown + "\n")
+    run.report_md.write_text(markdown + "\n")
     if in_prefect_run():
         create_markdown_artifact(markdown, key="privehr-synthesis-report", description="synthesis report")
         create_table_artifact(json.loads(costs.to_json(orient="records")), key="privehr-synthesis-releases",
                               description="synthesis releases: synthesizer, mechanism, sigma, q, T, delta, epsilon, mu")
     run_logger().info("synthesis report: %d releases, %d tables", len(releases), len(results))
-    return {"run_dir": run_dir, "report": str(run_dir_path / "report.md"), "results": str(run_dir_path / "results.csv"),
+    return {"run_dir": run_dir, "report": str(run.report_md), "results": str(run.results),
             "flows": int(len(releases)), "tables": int(len(results)), "synthesizers": synthesizers,
             "targets": {"classification": label, "regression": target, "excluded_features": excluded},
             **{k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
@@ -213,13 +221,13 @@ def _marginal_figures(run_dir: Path, results: pd.DataFrame, train: pd.DataFrame,
             continue
         shown.add(synthesizer)
         job = dp_tables[dp_tables["budget_label"] == label].iloc[0]["job_id"]
-        path = [f for f in json.loads((run_dir / "releases" / f"{job}.json").read_text())["files"] if f["truncated"]][0]
+        path = [f for f in json.loads(RunLayout(run_dir).release(job).read_text())["files"] if f["truncated"]][0]
         table = pd.read_csv(path["path"])
         table[attributes] = codec.encode_labels(table[attributes])
         synthetic[f"{SYNTHESIZER_NAMES[synthesizer]} ({label.rpartition(' ')[2]})"] = table[attributes]
     kinds = {c: spec.kinds()[c] for c in attributes}
     categories = {c: v for c, v in spec.codes().items() if c in attributes}
-    return [marginal_histograms(train[attributes], synthetic, kinds, run_dir / INTERMEDIATE / "marginals.png",
+    return [marginal_histograms(train[attributes], synthetic, kinds, RunLayout(run_dir).marginals_figure,
                                 categories=categories)]
 
 

@@ -1,19 +1,22 @@
 """Evaluate synthetic releases against real patients: utility (train on synthetic, test on real) and fidelity.
 
+References:
+    Lee, Kim, Jeong, Ro (2022). Differentially Private Normalizing Flows for Synthetic Tabular Data Generation. AAAI.
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
+
 For the tables of imputation i, against imputation i's real patients (Only aggregate numbers are written:
 ``releases/<job>.evaluation.json``, ``original_<i>.json``):
 
 * utility on the real *test* patients, with every column except the targets and ``excluded_features`` as
-  inputs: the TSTR panel of seed 004 (nine classifiers, macro-F1, AUROC, average precision; Lee, Kim,
-  Jeong, Ro, "Differentially Private Normalizing Flows for Synthetic Tabular Data Generation", AAAI 2022) for
-  the classification target, and seed 002's SVM accuracy (FM-optimal cutoff) and random-forest MSE for the
-  classification and regression targets (Su, Wang, Schiavazzi, Liu, "Differentially Private Normalizing Flows
-  for Density Estimation, Data Synthesis, and Variational Inference with Application to Electronic Health
-  Records", 2023). The train-on-real baseline fits the same models on the real training patients;
+  inputs: the TSTR panel of Lee et al. 2022 (nine classifiers, macro-F1, AUROC, average precision) for the
+  classification target, and the SVM accuracy (FM-optimal cutoff) and random-forest MSE of Su et al. 2023 for
+  the classification and regression targets. The train-on-real baseline fits the same models on the real
+  training patients;
 * fidelity to the real *training* patients: per-column KS / Wasserstein and Kendall-tau RMSE, detection AUROC
-  and DCR (:mod:`privehr.models.fidelity`, the holdout being the test patients), and the mixed-type view of seed 004
-  (:mod:`privehr.models.mixed_fidelity`): TV distance of discrete columns, Kendall-tau RMSE and MAE, and the share of
-  synthetic values that are no valid value of their column (a binary column emitted as 0.37).
+  and DCR (:mod:`privehr.models.fidelity`, the holdout being the test patients), and the mixed-type view of
+  Lee et al. 2022 (:mod:`privehr.models.mixed_fidelity`): TV distance of discrete columns, Kendall-tau RMSE and
+  MAE, and the share of synthetic values that are no valid value of their column (a binary column emitted as 0.37).
 
 A table decoded to the spec (``-truncated.csv``: categories as the spec names them) is read back into codes.
 """
@@ -32,6 +35,7 @@ from privehr.models.fidelity import fidelity_summary
 from privehr.models.mixed_fidelity import mixed_fidelity_summary
 from privehr.models.synthetic_utility import random_forest_mse, svm_accuracy
 from privehr.models.tstr_panel import tstr, tstr_summary
+from privehr.core.run_layout import RunLayout
 from privehr.core.config import SynthesisConfig
 from privehr.core.specs import load_ehr_spec
 from privehr.tasks.compute import share_cores
@@ -125,11 +129,11 @@ def _json_number(value):
 
 @task(name="evaluate-original")
 def evaluate_original(run_dir: str, imputation: int, config: SynthesisConfig) -> str:
-    """The train-on-real baseline of one imputation ("Original" in seed 002's tables)."""
+    """The train-on-real baseline of one imputation ("Original" in the tables of Su et al. 2023)."""
     train, test, summary = imputed_tables(run_dir, imputation)
     spec = load_ehr_spec(config.spec)
     result = {"imputation": imputation, **_utility(train, test, summary["attributes"], config, spec, imputation)}
-    out = Path(run_dir) / "releases" / f"original_{imputation}.json"
+    out = RunLayout(run_dir).original(imputation)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=_json_number))
     return str(out)

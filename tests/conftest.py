@@ -31,7 +31,7 @@ def real_demo_extract() -> Path:
 
 @pytest.fixture(scope="session")
 def harrod() -> Path:
-    """Harrod et al.'s hemodynamic EHR table of seed 002 (transposed CSV; only beside a CI checkout)."""
+    """Harrod et al.'s hemodynamic EHR table of Su et al. 2023 (transposed CSV; only beside a CI checkout)."""
     return _shared(HARROD_TABLE, "the Harrod table")
 
 

@@ -1,5 +1,7 @@
 """Typed configuration shared by the CLI, the Prefect flows and the deployments.
 
+References: Bridges et al. 2023 (arXiv:2311.09200); Lee et al. 2022 (AAAI); Su et al. 2023 (arXiv:2302.05787).
+
 One pydantic model per stage; ``PipelineConfig`` nests them. Prefect validates deployment parameters
 against the same schema, so a bad value is refused before any run starts.
 """
@@ -17,15 +19,22 @@ from privehr.core.errors import InputError
 
 __all__ = ["ExpMNFConfig", "DPNFConfig", "HFlowConfig", "MarginalConfig", "MARGINAL_SYNTHESIZERS", "Budget", "SynthesisConfig", "DataConfig", "ValidationConfig",
            "StewardConfig", "MICEConfig", "StaticImputationConfig", "EHRPrepareConfig", "SplitConfig",
-           "NonPrivateConfig", "DPSGDConfig", "GRUDConfig", "TrainingConfig",
+           "NonPrivateSettings", "NonPrivateConfig", "DPSGDSettings", "DPSGDConfig", "GRUDConfig",
+           "TrainingConfig",
            "Cell", "AuditConfig", "PrivacyConfig", "VersioningConfig", "PipelineConfig", "EvaluationConfig",
            "PagesConfig", "DEFAULT_PAGES_PORT", "PROFILES", "load_config"]
 
 Label = Literal["mort_hosp", "mort_icu", "los_3", "los_7"]
 Model = Literal["logistic_regression", "grud"]
+# The training methods' names; each is implemented by one registered class in privehr.tasks.methods (which this
+# bottom layer cannot import; tests/tasks/test_training_methods.py fails if the two disagree).
 Method = Literal["non_private", "dp_sgd", "expm_nf"]
 AuditedMethod = Literal["non_private", "dp_sgd"]
 Loss = Literal["bce", "l2"]
+# per-sample clipping of DP-SGD (privehr.models.dp_sgd) and of DP-HFlow's fine-grained modes
+# (privehr.models.fine_grained_clipping): the models read their mode names from these
+DPSGDClipping = Literal["ghost", "hooks", "functorch"]
+FineGrainedClipping = Literal["flat", "per_layer", "per_unit", "sparsified"]
 # a privacy budget is a finite positive number: inf, nan and "Infinity" are refused (inf is no privacy at all)
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
@@ -134,7 +143,7 @@ class EHRPrepareConfig(_Strict):
 
     path: Path = Field(Path("data/ehr/EHR_dataset.csv"), description="the table (read only)")
     spec: str = Field("harrod_ehr", description="spec name in expectations/specs, or a YAML path")
-    test_fraction: float = Field(20 / 84, gt=0, lt=1, description="held-out patients (seed 002: 20 of 84)")
+    test_fraction: float = Field(20 / 84, gt=0, lt=1, description="held-out patients (Su et al. 2023: 20 of 84)")
     split_seed: int = 1
     mice: MICEConfig = MICEConfig()
     stop_on_critical: bool = True
@@ -166,16 +175,16 @@ class PrivacyConfig(_Strict):
 
 
 class DPNFConfig(_Strict):
-    """The masked autoregressive flow and its DP-SGD training (seed 002 used 15 blocks x 200 hidden, C = 10,
+    """The masked autoregressive flow and its DP-SGD training (Su et al. 2023 used 15 blocks x 200 hidden, C = 10,
     r = 0.5, T = 8000, SGD lr 2e-5 with batch norm; privehr has no batch norm and uses Adam)."""
 
     blocks: int = Field(5, ge=1, description="MADE blocks, reversed order between blocks")
     hidden_size: int = Field(64, ge=2)
     hidden_layers: int = Field(1, ge=1)
     steps: int = Field(1000, ge=1, description="DP-SGD steps T")
-    sample_rate: float = Field(0.5, gt=0, le=1, description="Poisson rate q (seed 002: r = 0.5); the effective "
-                                                            "q = 1 / ceil(n / ceil(q n)) is recorded")
-    max_grad_norm: float = Field(10.0, gt=0, description="per-sample clipping norm C (seed 002: 10)")
+    sample_rate: float = Field(0.5, gt=0, le=1, description="Poisson rate q (Su et al. 2023: r = 0.5); "
+                                                            "the effective q = 1 / ceil(n / ceil(q n)) is recorded")
+    max_grad_norm: float = Field(10.0, gt=0, description="per-sample clipping norm C (Su et al. 2023: 10)")
     learning_rate: float = Field(3e-3, gt=0, description="Adam")
     validation_fraction: float = Field(0.2, ge=0, lt=1, description="the non-private flow only: share of its "
                                        "training patients held out for early stopping (0: train all steps)")
@@ -186,22 +195,22 @@ class DPNFConfig(_Strict):
 
 
 class HFlowConfig(_Strict):
-    """DP-HFlow (seed 004: Lee, Kim, Jeong, Ro, "Differentially Private Normalizing Flows for Synthetic Tabular Data
-    Generation", AAAI 2022): dequantized discrete columns, conditional autoregressive spline blocks shared among the
-    sub-flows, low-rank linear layers, fine-grained clipping."""
+    """DP-HFlow (Lee et al. 2022): dequantized discrete columns, conditional autoregressive spline blocks shared
+    among the sub-flows, low-rank linear layers, fine-grained clipping."""
 
     blocks: int = Field(3, ge=1, description="spline + low-rank linear blocks, reversed order between blocks "
-                                             "(seed 004: 3)")
+                                             "(Lee et al. 2022: 3)")
     hidden_size: int = Field(64, ge=2, description="the shared conditional MADE's hidden units")
     hidden_layers: int = Field(1, ge=1)
     bins: int = Field(8, ge=2, description="rational-quadratic spline bins")
     rank: int = Field(2, ge=1, description="rank of the low-rank linear layers")
     dequantization: Literal["uniform", "variational"] = Field(
-        "uniform", description="of discrete columns (seed 004: variational helps at large epsilon, uniform at small)")
-    clipping: Literal["flat", "per_layer", "per_unit", "sparsified"] = Field(
+        "uniform", description="of discrete columns (Lee et al. 2022: variational helps at large epsilon, uniform "
+                               "at small)")
+    clipping: FineGrainedClipping = Field(
         "flat", description="per-sample clipping: one norm (flat), per layer, per unit, or per layer after "
-                            "stochastic sparsification (seed 004's fine-grained modes); every mode bounds a sample's "
-                            "whole gradient by max_grad_norm. Flat was as good or better on WHAS500 and GBSG2 "
+                            "stochastic sparsification (fine-grained modes of Lee et al. 2022); every mode bounds a "
+                            "sample's whole gradient by max_grad_norm. Flat was as good or better on WHAS500 and GBSG2 "
                             "(bench/mixed_type_synthesis.py)")
     sparsity: float = Field(0.5, ge=0, lt=1, description="share of each layer's gradient entries sparsified "
                                                         "(clipping: sparsified)")
@@ -257,14 +266,15 @@ class SynthesisConfig(EHRPrepareConfig):
 
     mice: SynthesisMICEConfig = SynthesisMICEConfig()
     mus: list[PositiveFloat] = Field(default_factory=lambda: [6.10, 3.92, 2.45, 1.49],
-                                     description="budgets as mu-GDP (seed 002); sigma = 1/sqrt(log(1 + (mu/q)^2/T))")
+                                     description="budgets as mu-GDP (Su et al. 2023); sigma = "
+                                                 "1/sqrt(log(1 + (mu/q)^2/T))")
     epsilons: list[PositiveFloat] = Field(default_factory=lambda: [1.0, 4.0],
                                           description="budgets as (epsilon, delta) targets: sigma calibrated by PRV "
                                                       "and RDP")
-    non_private: bool = Field(True, description="also a non-private flow (seed 002's mu = infinity column)")
+    non_private: bool = Field(True, description="also a non-private flow (the mu = infinity column of Su et al. 2023)")
     dpnf: DPNFConfig = DPNFConfig()
-    runs: int = Field(1, ge=1, description="flows per imputation and budget (seed 002: 10)")
-    releases: int = Field(2, ge=1, description="synthetic tables per flow (seed 002: 10)")
+    runs: int = Field(1, ge=1, description="flows per imputation and budget (Su et al. 2023: 10)")
+    releases: int = Field(2, ge=1, description="synthetic tables per flow (Su et al. 2023: 10)")
     rows: int | None = Field(None, ge=1, description="rows per synthetic table (default: as many as the table's "
                                                      "patients, exact where the spec declares the count public, "
                                                      "else a noisy count at count_epsilon)")
@@ -274,8 +284,8 @@ class SynthesisConfig(EHRPrepareConfig):
                                                 "bounds (data-independent); train: training mean/sd (not private)")
     synthesizers: list[Synthesizer] = Field(
         default_factory=lambda: ["maf"], min_length=1,
-        description="maf: DP-NF (seed 002); hflow: DP-HFlow (seed 004, mixed types); aim, mst: marginal-based "
-                    "baselines (epsilon budgets only; pip install privehr[baselines])")
+        description="maf: DP-NF (Su et al. 2023); hflow: DP-HFlow (Lee et al. 2022, mixed types); "
+                    "aim, mst: marginal-based baselines (epsilon budgets only; pip install privehr[baselines])")
     hflow: HFlowConfig = HFlowConfig()
     marginal: MarginalConfig = MarginalConfig()
     classification_target: str | None = Field(None, description="binary column the utility classifiers predict "
@@ -330,28 +340,32 @@ class SplitConfig(_Strict):
         return self
 
 
-class NonPrivateConfig(_Strict):
-    """Non-private training: AdamW, early stopping on dev during the search (the epoch count of the final fit)."""
+class NonPrivateSettings(_Strict):
+    """How a non-private model trains: AdamW for ``max_epochs`` (the audit's overfit shadows use these alone)."""
 
     learning_rate: float = Field(1e-3, gt=0)
     weight_decay: float = Field(1e-2, ge=0, description="decoupled (AdamW)")
     batch_size: int = Field(128, ge=1)
     max_epochs: int = Field(40, ge=1)
+
+
+class NonPrivateConfig(NonPrivateSettings):
+    """Non-private training: AdamW, early stopping on dev during the search (the epoch count of the final fit)."""
+
     patience: int = Field(6, ge=1)
     early_stopping: Literal["auroc", "loss"] = Field(
         "auroc", description="dev criterion of the best epoch: AUROC, or the loss (BCE/l2) over every dev row, "
                              "far less noisy when the dev split holds few positives (the demo profile uses it)")
 
 
-class DPSGDConfig(_Strict):
-    """DP-SGD: Poisson sampling, flat clipping, sigma calibrated to each target epsilon."""
+class DPSGDSettings(_Strict):
+    """How a DP-SGD model trains: Poisson sampling, clipping, Adam(W); the target epsilon comes with the release
+    (the grid's ``epsilons``, the audit's ``epsilon``)."""
 
-    clipping: Literal["ghost", "hooks", "functorch"] = Field(
+    clipping: DPSGDClipping = Field(
         "ghost", description="per-sample clipping: privehr's ghost clipping (norms from each layer's inputs and "
                              "output gradients, no per-sample gradient; about 1.2x a non-private GRU-D epoch on "
                              "CPU), or Opacus's hooks or functorch; all three sample, clip and noise alike")
-    epsilons: list[PositiveFloat] = Field(default_factory=lambda: [0.1, 1.0, 3.5, 10.0], min_length=1,
-                                          description="target epsilons (PRV and RDP both stay below each)")
     max_grad_norm: float = Field(1.0, gt=0)
     epochs: int = Field(5, ge=1, description="at lr 1e-2, 10 epochs overfit at large epsilon (los_3 on the demo "
                                              "lost 0.01 AUROC from epsilon 1 to 10); 5 also lowers sigma at small ones")
@@ -362,8 +376,15 @@ class DPSGDConfig(_Strict):
     _delta_moved = _moved("delta", "privacy.delta")
 
 
+class DPSGDConfig(DPSGDSettings):
+    """DP-SGD in the grid: sigma calibrated to each target epsilon."""
+
+    epsilons: list[PositiveFloat] = Field(default_factory=lambda: [0.1, 1.0, 3.5, 10.0], min_length=1,
+                                          description="target epsilons (PRV and RDP both stay below each)")
+
+
 class ExpMNFConfig(_Strict):
-    """ExpM+NF (seed 000): a flow trained by reverse KL towards exp(eps~ u / 2s), u = -sum of squared errors.
+    """ExpM+NF (Bridges et al. 2023): a flow fitted by reverse KL to exp(eps~ u / 2s), u = -sum of squared errors.
 
     eps~ is a training parameter: no differential-privacy guarantee is proven for ExpM+NF."""
 
@@ -391,7 +412,7 @@ class ExpMNFConfig(_Strict):
     batch_size: int | None = Field(None, ge=1, description="logistic regression: records per utility estimate "
                                                            "(None: all, the exact utility)")
     grud_batch_size: int | None = Field(64, ge=1, description="GRU-D: records per n/B-scaled utility estimate")
-    eval_samples: int = Field(50, ge=1, description="parameter draws evaluated per flow (seed 000: 1000)")
+    eval_samples: int = Field(50, ge=1, description="parameter draws evaluated per flow (Bridges et al. 2023: 1000)")
 
 
 class GRUDConfig(_Strict):
@@ -429,26 +450,6 @@ class TrainingConfig(_Strict):
     dp_sgd: DPSGDConfig = DPSGDConfig()
     expm_nf: ExpMNFConfig = ExpMNFConfig()
     grud: GRUDConfig = GRUDConfig()
-
-    def seeds_for(self, cell: "Cell") -> int:
-        if cell.method == "expm_nf":
-            return self.expm_nf.seeds or self.seeds
-        return self.seeds
-
-    def cells(self, labels: list[str]) -> list[Cell]:
-        """The grid; ExpM+NF cells always use the l2 loss (its utility), whatever ``losses`` says."""
-        out = []
-        for label in labels:
-            for model in self.models:
-                for method in self.methods:
-                    if method == "expm_nf" and model not in self.expm_nf.models:
-                        continue
-                    for loss in (["l2"] if method == "expm_nf" else self.losses):
-                        grid = {"dp_sgd": self.dp_sgd.epsilons, "expm_nf": self.expm_nf.epsilons}
-                        epsilons = grid.get(method, [None])
-                        out += [Cell(label=label, model=model, method=method, loss=loss, target_epsilon=e)
-                                for e in epsilons]
-        return out
 
 
 class EvaluationConfig(_Strict):
@@ -525,20 +526,20 @@ class PipelineConfig(_Strict):
     _ledger_beside_runs = model_validator(mode="after")(lambda self: _ledger_beside_runs(self))
 
 
-SEED_000_EPSILONS = [1e-4, 1e-3, 1e-2, 0.1, 0.5, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0]
+BRIDGES_2023_EPSILONS = [1e-4, 1e-3, 1e-2, 0.1, 0.5, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0]
 
 DEMO_SYNTHESIS = {"path": "data/ehr/EHR_dataset.csv", "mice": {"m": 2}, "runs": 1, "releases": 2}
 
 PROFILES: dict[str, dict] = {
     # the demo's dev split holds ~18 deaths: its AUROC keeps rising while the model overfits, its loss does not
     "demo": {"synthesis": DEMO_SYNTHESIS, "training": {"non_private": {"early_stopping": "loss"}}},
-    # seed 000's grid: epsilon 1e-4 ... 10, both losses, 10 seeds (10 flows x 1000 samples), a real search
+    # Bridges et al. 2023: epsilon 1e-4 ... 10, both losses, 10 seeds (10 flows x 1000 samples), a real search
     "full": {"training": {"seeds": 10, "search_budget": 10, "losses": ["bce", "l2"],
-                          "dp_sgd": {"epsilons": SEED_000_EPSILONS},
-                          "expm_nf": {"epsilons": SEED_000_EPSILONS, "seeds": 10, "eval_samples": 1000,
+                          "dp_sgd": {"epsilons": BRIDGES_2023_EPSILONS},
+                          "expm_nf": {"epsilons": BRIDGES_2023_EPSILONS, "seeds": 10, "eval_samples": 1000,
                                       "models": ["logistic_regression", "grud"],
                                       "steps": 300, "samples": 32, "grud_samples": 16, "grud_batch_size": 256}},
-             # seed 002: 5 imputations x 10 flows x 10 releases, T = 8000
+             # Su et al. 2023: 5 imputations x 10 flows x 10 releases, T = 8000
              "synthesis": {**DEMO_SYNTHESIS, "mice": {"m": 5}, "runs": 10, "releases": 10, "dpnf": {"steps": 8000}}},
 }
 
@@ -562,9 +563,10 @@ class AuditConfig(_Strict):
     privacy: PrivacyConfig = Field(PrivacyConfig(), description="the ledger the audit's (non-DP) statistics are "
                                    "recorded in, the shadows' delta, and the noise switch (reproducible_noise also "
                                    "seeds the canary draw)")
-    non_private: NonPrivateConfig = Field(default_factory=lambda: NonPrivateConfig(
+    non_private: NonPrivateSettings = Field(default_factory=lambda: NonPrivateSettings(
         learning_rate=3e-3, weight_decay=0.0, max_epochs=30), description="an overfit non-private model")
-    dp_sgd: DPSGDConfig = DPSGDConfig()
+    dp_sgd: DPSGDSettings = Field(DPSGDSettings(), description="the DP-SGD shadows' training (their target is "
+                                                              "``epsilon``)")
     seed: int = Field(0, description="initialisation of the shadows (public: it is not DP randomness)")
     significance: float = Field(0.05, gt=0, lt=1, description="of the one-run epsilon lower bound")
 

@@ -1,5 +1,10 @@
 """``privehr-private-inference``: posterior inference from private records, by DP-NF-VI and by VI on DP synthetic
-data (Su, Wang, Schiavazzi, Liu, 2023, arXiv:2302.05787, Section 4). Defaults are the paper's settings."""
+data (Su et al. 2023, Section 4). Defaults are the paper's settings.
+
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +19,8 @@ __all__ = ["VIConfig", "RecordDensityConfig", "SyntheticVIConfig", "InferenceCon
 
 
 class VIConfig(_Strict):
-    """The variational flow and its training, private (Algorithm 2) or not (seed 002: one MADE of 10 hidden units,
-    m = 1000 draws, q = 500/6000, lr 0.01 decaying by 0.999 per step, T = 8000, C = 10)."""
+    """The variational flow and its training, private (Algorithm 2) or not (Su et al. 2023: one MADE of 10 hidden
+    units, m = 1000 draws, q = 500/6000, lr 0.01 decaying by 0.999 per step, T = 8000, C = 10)."""
 
     blocks: int = Field(1, ge=1, description="MADE blocks of the flow over the parameters")
     hidden_size: int = Field(10, ge=2)
@@ -28,14 +33,15 @@ class VIConfig(_Strict):
     learning_rate: PositiveFloat = 0.01
     lr_decay: float = Field(0.999, gt=0, le=1, description="exponential learning-rate decay per step")
     optimizer: Literal["adam", "rmsprop"] = Field(
-        "rmsprop", description="RMSprop (seed 002 allows Adam or RMSprop): as the flow contracts onto the posterior "
-        "its gradients shrink by orders of magnitude, and Adam's second moment, averaged over ~1000 steps, then "
-        "holds its steps far below the learning rate (measured: SD 10x the exact posterior's after 8000 steps)")
+        "rmsprop", description="RMSprop (Su et al. 2023 allow Adam or RMSprop): as the flow contracts onto the "
+        "posterior its gradients shrink by orders of magnitude, and Adam's second moment, averaged over ~1000 "
+        "steps, then holds its steps far below the learning rate (measured: SD 10x the exact posterior's after 8000 "
+        "steps)")
 
 
 class RecordDensityConfig(DPNFConfig):
-    """The DP-NF of the records in route (b) (seed 002: one MADE of 10 hidden units with batch norm, RMSprop at lr
-    0.01 decaying by 0.999 per step, T = 8000, q = 500/6000, C = 10); here two MADE blocks of 16 hidden units, no
+    """The DP-NF of the records in route (b) (Su et al. 2023: one MADE of 10 hidden units with batch norm, RMSprop
+    at lr 0.01 decaying by 0.999 per step, T = 8000, q = 500/6000, C = 10); here two MADE blocks of 16 hidden units, no
     batch norm (training-mode batch norm mixes records and releases un-noised statistics), and Adam at a constant
     lr 0.01 (privehr's DP-NF trainer, privehr.models.dp_nf)."""
 
@@ -47,7 +53,8 @@ class RecordDensityConfig(DPNFConfig):
 
 
 class SyntheticVIConfig(_Strict):
-    """Route (b): a DP-NF density of the records, ``datasets`` synthetic tables, NF-VI on each (seed 002 Table 7)."""
+    """Route (b): a DP-NF density of the records, ``datasets`` synthetic tables, NF-VI on each (Su et al. 2023,
+    Table 7)."""
 
     datasets: int = Field(5, ge=1, description="synthetic tables per DP-NF; their posteriors are pooled")
     density: RecordDensityConfig = RecordDensityConfig()

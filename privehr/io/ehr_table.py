@@ -1,11 +1,15 @@
 """Read a small EHR table through its spec (``expectations/specs/<name>.yaml``), read only.
 
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
+
 Layout (either orientation), NA tokens and ids come from the spec. Suspect cells and records are
 quarantined with a reason, never dropped silently: non-numeric tokens and values beyond the
 physiological bounds are masked (set missing); records without any kept value and records with a
 missing or duplicate id, and records identical to another in every attribute (one patient delivered twice would
 be two DP units), are removed. Attributes missing in more patients than the spec allows are
-dropped as a recorded decision (seed 002 drops 7 of Harrod's 26 attributes this way): the decision
+dropped as a recorded decision (Su et al. 2023 drop 7 of Harrod's 26 attributes this way): the decision
 that shapes training is :func:`drop_by_missingness` on the *training* patients (after the split);
 ``decisions["dropped_attributes"]`` is the same rule on the whole delivery, for the steward's report.
 """

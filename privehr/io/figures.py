@@ -1,4 +1,7 @@
-"""Figures of a run, written as PNG files."""
+"""Figures of a run, written as PNG files.
+
+References: Bridges et al. 2023 (arXiv:2311.09200); Lee et al. 2022 (AAAI); Su et al. 2023 (arXiv:2302.05787).
+"""
 
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ def _dress(ax, xlabel: str, ylabel: str, label: str, model: str, legend_size: in
 
 
 def plot_auroc_vs_epsilon(summary: pd.DataFrame, path: Path) -> Path:
-    """Median test AUROC against epsilon, one panel per (label, model), as seed 000's Figures 2-3.
+    """Median test AUROC against epsilon, one panel per (label, model), as in Figures 2-3 of Bridges et al. 2023.
 
     Private methods are lines over epsilon (log axis), one per loss; the non-private baseline (best
     median over losses) is a dashed horizontal line.
@@ -64,7 +67,7 @@ def plot_auroc_vs_epsilon(summary: pd.DataFrame, path: Path) -> Path:
 
 def plot_expm_boxplots(draws: pd.DataFrame, path: Path) -> Path | None:
     """Box plots of the test AUROC of every ExpM+NF draw (all flows of a cell pooled) per eps~, one panel
-    per (label, model), as seed 000's box plots. ``draws``: label, model, target_epsilon, auroc."""
+    per (label, model), as the box plots of Bridges et al. 2023. ``draws``: label, model, target_epsilon, auroc."""
     if draws.empty:
         return None
     panels = list(draws[["label", "model"]].drop_duplicates().itertuples(index=False))
@@ -85,7 +88,7 @@ def plot_expm_boxplots(draws: pd.DataFrame, path: Path) -> Path | None:
 def plot_synthesis_utility(results: pd.DataFrame, originals: pd.DataFrame, budgets: list[str], path: Path,
                            metrics: list[tuple[str, str]] | None = None) -> Path | None:
     """Each (metric, title) per budget (mean +- SD over tables), raw and decoded/truncated, with the train-on-real
-    baseline dashed (default: seed 002's SVM accuracy and RF MSE). None when there is no metric to plot."""
+    baseline dashed (default: the SVM accuracy and RF MSE of Su et al. 2023). None when there is no metric to plot."""
     metrics = [(m, t) for m, t in (metrics if metrics is not None else
                                    [("svm_accuracy", "SVM accuracy"), ("rf_mse", "RF MSE")]) if m in results]
     if not metrics:
@@ -151,7 +154,7 @@ def _continuous_panel(ax, real: pd.Series, synthetic: dict[str, pd.DataFrame], c
 
 def marginal_histograms(real: pd.DataFrame, synthetic: dict[str, pd.DataFrame], kinds: dict, path: Path,
                         categories: dict | None = None) -> Path:
-    """One panel per column of ``real``, real against each synthesizer (seed 004 Fig. 3): grouped bars of
+    """One panel per column of ``real``, real against each synthesizer (Lee et al. 2022, Fig. 3): grouped bars of
     category shares for discrete columns (the rule of :func:`privehr.models.mixed_fidelity.is_discrete`; invalid
     synthetic values such as a 0.37 in a binary column show as the "other" bar), overlaid histograms (real
     filled, synthesizers as step lines, density) for continuous ones. Titled by column name only."""

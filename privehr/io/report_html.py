@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import markdown as md
+from privehr.core.run_layout import RunLayout
 
 __all__ = ["write_report_html", "inline_figures"]
 
@@ -39,6 +40,6 @@ def write_report_html(run_dir: str | Path, markdown_text: str, title: str) -> Pa
     body = md.markdown(markdown_text, extensions=["tables"])
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_STYLE}</style></head><body>{body}</body></html>")
-    out = run_dir / "report.html"
+    out = RunLayout(run_dir).report_html
     out.write_text(page)
     return out

@@ -35,6 +35,7 @@ from privehr.io.ehr_table import EHRTable, read_ehr_table
 from privehr.io.expectation_suites import ehr_suite_for, read_suite, suite_names
 from privehr.io.hdf5_fixed import FixedFrame
 from privehr.io.mimic_extract import _vitals_columns, check_extract, read_patients
+from privehr.core.run_layout import RunLayout
 
 __all__ = ["ValidationFailed", "validate_extract", "validate_ehr", "run_suites", "output_dirs", "failure_message",
            "EXCLUDED_STAYS"]
@@ -165,7 +166,7 @@ def _profile_interventions(h5: h5py.File, spec: MimicExtractSpec, chunk_rows: in
 def output_dirs(run_dir: str | Path, path: str | Path) -> tuple[Path, Path]:
     """(validation dir, quarantine dir) of one delivery in a run directory."""
     name = Path(path).stem
-    return Path(run_dir) / "validation" / name, Path(run_dir) / "quarantine" / name
+    return RunLayout(run_dir).validation(name)
 
 
 def _write_outputs(dirs: tuple[Path, Path], rows: list[dict], docs: str, quarantine: dict[str, pd.DataFrame],

@@ -1,4 +1,8 @@
-"""A simulated hemodynamic EHR table of the shape of Harrod et al.'s (seed 002, Table 1).
+"""A simulated hemodynamic EHR table of the shape of Harrod et al.'s (Su et al. 2023, Table 1).
+
+References:
+    Su, Wang, Schiavazzi, Liu (2023). Differentially Private Normalizing Flows for Density Estimation, Data Synthesis,
+    and Variational Inference with Application to Electronic Health Records. arXiv:2302.05787.
 
 Each patient has a latent pulmonary-pressure severity z ~ N(0, 1) and a cardiac-output factor
 c ~ N(0, 1); attribute j is  lo_j + (hi_j - lo_j) * Phi(a_j z + b_j c + e_j),  e_j ~ N(0, s_j^2),

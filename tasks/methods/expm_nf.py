@@ -1,6 +1,10 @@
 """ExpM+NF in the training grid: fit one flow per (cell, seed), evaluate its samples on test.
 
-Evaluation as seed 000: the flow draws ``eval_samples`` parameter vectors; each is one candidate
+References:
+    Bridges, Tombs, Stanley (2023). Are Normalizing Flows the Key to Unlocking the Exponential Mechanism?
+    arXiv:2311.09200.
+
+Evaluation as in Bridges et al. 2023: the flow draws ``eval_samples`` parameter vectors; each is one candidate
 private release, scored by test AUROC; the row reports their median (and quartiles), the Bayesian
 mode (posterior-predictive average over the draws) and the MAP draw (highest utility on the
 *training* data), and the fit gap (spread of log q - eps~ u / 2s). The single private release is the
@@ -21,20 +25,66 @@ from privehr.models.batched_utility import BatchedUtility
 from privehr.models.classifiers import build_classifier
 from privehr.models.expm_nf import (ExpMNFHyperparameters, draw_probabilities, draw_utilities, fit_gap, map_index,
                             posterior_predictive, sample_parameters, train_expm_nf)
+from typing import ClassVar
+
+from privehr.core.config import Cell, PrivacyConfig, TrainingConfig
 from privehr.models.metrics import binary_metrics
-from privehr.core.config import Cell, TrainingConfig
+from privehr.models.privacy_ledger import LedgerEntry
+from privehr.tasks.evaluation import save_predictions
+from privehr.tasks.methods.base import TrainingMethod, register_method
 from privehr.tasks.progress import progress_artifact
 
-__all__ = ["default_expm_hyperparameters", "fit_expm_nf"]
+__all__ = ["ExpMNF", "fit_expm_nf"]
 
 
-def default_expm_hyperparameters(cell: Cell, training: TrainingConfig) -> dict:
-    c = training.expm_nf
-    return {"flow": c.flow, "layers": c.layers, "m": c.m, "reflections": c.reflections, "base_sigma": c.base_sigma,
-            "affine": c.affine, "samples": c.grud_samples if cell.model == "grud" else c.samples, "steps": c.steps,
-            "learning_rate": c.learning_rate,
-            "optimizer": c.optimizer, "l1": c.l1,
-            "batch_size": c.grud_batch_size if cell.model == "grud" else c.batch_size}
+@register_method
+class ExpMNF(TrainingMethod):
+    """ExpM+NF cells: the l2 loss (its utility), eps~ from ``training.expm_nf.epsilons``, no proven DP."""
+
+    name: ClassVar[str] = "expm_nf"
+
+    def epsilons(self, training: TrainingConfig) -> list[float | None]:
+        return list(training.expm_nf.epsilons)
+
+    def losses(self, training: TrainingConfig) -> list[str]:
+        return ["l2"]  # the utility is minus the squared error, whatever training.losses says
+
+    def trains(self, model: str, training: TrainingConfig) -> bool:
+        return model in training.expm_nf.models
+
+    def seeds(self, training: TrainingConfig) -> int:
+        return training.expm_nf.seeds or training.seeds
+
+    def default_hyperparameters(self, cell: Cell, training: TrainingConfig) -> dict:
+        c, grud = training.expm_nf, cell.model == "grud"
+        hp = {"flow": c.flow, "layers": c.layers, "m": c.m, "reflections": c.reflections, "base_sigma": c.base_sigma,
+              "affine": c.affine, "samples": c.grud_samples if grud else c.samples, "steps": c.steps,
+              "learning_rate": c.learning_rate, "optimizer": c.optimizer, "l1": c.l1,
+              "batch_size": c.grud_batch_size if grud else c.batch_size}
+        if grud:
+            hp["hidden_size"] = training.grud.hidden_size
+        return hp
+
+    def guarantee(self, privacy: PrivacyConfig, training: TrainingConfig, what: str = "final fit") -> str:
+        return "unproven"
+
+    def planned_entry(self, cell, n, hyperparameters, privacy, training, what) -> LedgerEntry:
+        return LedgerEntry("", "", "expm_nf", cell.target_epsilon, what=what)
+
+    def search_trial(self, cell, hyperparameters, training, privacy, data, dev_data, seed, reservation, what):
+        """A trial's flow is scored on dev and never saved or released (the search draws no reservation)."""
+        return {"dev_auroc": fit_expm_nf(cell, hyperparameters, training, data, seed, dev_data)["auroc"],
+                "epochs": None}
+
+    def final_fit(self, cell, hyperparameters, training, privacy, data, test_data, seed, reservation, run_dir,
+                  model_path):
+        if reservation is None:
+            raise RuntimeError(f"{cell.cell_id} seed {seed}: no reservation from the budget check")
+        entry = self.planned_entry(cell, len(data[1]), hyperparameters, privacy, training, "final fit")
+        metrics = fit_expm_nf(cell, hyperparameters, training, data, seed, test_data, model_path,
+                              on_released=lambda p: save_predictions(run_dir, cell, seed, p),
+                              before_saving=lambda: self.record(privacy, reservation, entry))
+        return metrics, {}
 
 
 def fit_expm_nf(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int, eval_data,
@@ -50,7 +100,7 @@ def fit_expm_nf(cell: Cell, hp: dict, training: TrainingConfig, data, seed: int,
     params = ExpMNFHyperparameters(epsilon=cell.target_epsilon, seed=seed,
                                    **{k: hp[k] for k in ("flow", "layers", "m", "reflections", "base_sigma", "affine",
                                                          "samples", "steps", "learning_rate", "optimizer",
-                                                         "batch_size")}, l1=hp["l1"])
+                                                         "batch_size")})
     result = train_expm_nf(utility, params, device=y.device,
                            progress=progress_artifact(f"{cell.cell_id} seed {seed}: ExpM+NF flow steps"))
     theta, log_q = sample_parameters(result.flow, training.expm_nf.eval_samples, seed + 10_000)

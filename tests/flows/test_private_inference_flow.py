@@ -1,6 +1,6 @@
 """privehr-private-inference end to end: every posterior recorded in the ledger before it is written, the report in
-seed 002's table shape, the records kept under intermediate/, a budget refused before anything is fitted, a user's
-CSV of records checked with one message, and the CLI's --json."""
+the table shape of Su et al. 2023, the records kept under intermediate/, a budget refused before anything is
+fitted, a user's CSV of records checked with one message, and the CLI's --json."""
 
 import hashlib
 import json
@@ -49,11 +49,11 @@ def test_every_posterior_is_a_recorded_release_with_its_epsilon(inference_run):
     assert summary["releases"] == len(released)
 
 
-def test_the_report_has_seed_002s_tables_and_the_privacy_of_each_column(inference_run):
+def test_the_report_has_the_tables_of_su_2023_and_the_privacy_of_each_column(inference_run):
     _, summary = inference_run
     run_dir = Path(summary["run_dir"])
     report = (run_dir / "report.md").read_text()
-    assert "seed 002 Table 6" in report and "seed 002 Table 7" in report and "tempered" in report
+    assert "Su et al. 2023, Table 6" in report and "Su et al. 2023, Table 7" in report and "tempered" in report
     assert "| beta0, beta3 |" in report and "mu = 2 (sigma" in report
     columns = summary["columns"]
     assert set(columns) == {"exact", "nf_vi", "dp_nf_vi/free_energy/mu2", "dp_nf_vi/tempered/mu2",

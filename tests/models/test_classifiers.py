@@ -1,5 +1,6 @@
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 import torch
 
@@ -19,3 +20,17 @@ def test_weights_depend_on_the_seed_alone_even_when_threads_build_at_once(name):
         built = list(pool.map(lambda s: (s, _weights(build_classifier(name, 5, 4, seed=s, hidden_size=8))), seeds))
     for seed, weights in built:
         assert torch.equal(weights, serial[seed])
+
+
+def test_registry_matches_the_config_and_every_method_has_a_search_space():
+    from typing import get_args
+
+    from privehr.core.config import Method, Model
+    from privehr.models.classifiers import CLASSIFIERS, classifier_inputs
+
+    assert set(CLASSIFIERS) == set(get_args(Model))
+    values = np.zeros((4, 3, 2), dtype=np.float32)
+    for name, classifier in CLASSIFIERS.items():
+        assert set(classifier.search_spaces) == set(get_args(Method))
+        model = build_classifier(name, 2, 3, seed=0, hidden_size=4)
+        assert model(*classifier_inputs(name, values, values, values)).shape == (4,)

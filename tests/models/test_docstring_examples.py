@@ -1,4 +1,4 @@
-"""Every ``>>>`` example in the models layer runs and holds (the docs cannot drift from the code)."""
+"""Every ``>>>`` example in the models and core layers runs and holds (the docs cannot drift from the code)."""
 
 import doctest
 import importlib
@@ -6,9 +6,11 @@ import pkgutil
 
 import pytest
 
+import privehr.core as core
 import privehr.models as models
 
-MODULES = sorted(m.name for m in pkgutil.iter_modules(models.__path__, "privehr.models."))
+MODULES = sorted(m.name for package in (models, core)
+                 for m in pkgutil.iter_modules(package.__path__, package.__name__ + "."))
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,4 +1,4 @@
-"""DP-NF-VI (seed 002 Algorithm 2): the likelihood, the variational flow, exact per-record gradients against
+"""DP-NF-VI (Su et al. 2023, Algorithm 2): the likelihood, the variational flow, exact per-record gradients against
 torch.func, clipping and noise, the reference posterior, and NF-VI recovering a posterior known in closed form."""
 
 import math
@@ -181,10 +181,11 @@ def test_an_empty_poisson_batch_contributes_nothing():
 def _dp_fit(noise, steps=5):
     model = NonlinearRepeatedMeasures()
     records = simulate_repeated_measures(120, generator=torch.Generator().manual_seed(0))
-    plan = ReleasePlan.for_steps(len(records), 0.25, steps, kind="mu", value=1.0, delta=1e-5, max_grad_norm=1.0)
+    plan = ReleasePlan.for_mu(len(records), 0.25, steps, mu=1.0, delta=1e-5, max_grad_norm=1.0)
     torch.manual_seed(0)
     flow = VariationalFlow(5)
-    hp = VIHyperparameters(learning_rate=0.01, lr_decay=1.0, draws=8, steps=steps, batch_size=30)
+    hp = VIHyperparameters(learning_rate=0.01, lr_decay=1.0, draws=8, steps=steps, batch_size=30,
+                           optimizer="adam")
     release = train_vi(flow, model, records, hp, plan, noise, log_every=1)
     return flow, release, plan
 
@@ -207,7 +208,7 @@ def test_the_noise_dominates_a_tiny_budget():
     hp = VIHyperparameters(learning_rate=0.05, lr_decay=1.0, draws=16, steps=40, batch_size=50, optimizer="rmsprop")
     spread = {}
     for mu in (0.01, 50.0):
-        plan = ReleasePlan.for_steps(len(records), 0.25, 40, kind="mu", value=mu, delta=1e-5, max_grad_norm=1.0)
+        plan = ReleasePlan.for_mu(len(records), 0.25, 40, mu=mu, delta=1e-5, max_grad_norm=1.0)
         locs = []
         for k in range(3):
             torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""mu-GDP arithmetic against seed 002's own numbers, and the sigma / mu / epsilon converter."""
+"""mu-GDP arithmetic against the own numbers of Su et al. 2023, and the sigma / mu / epsilon converter."""
 
 import math
 
@@ -7,12 +7,12 @@ import pytest
 from privehr.models.budget_conversion import convert_budget
 from privehr.models.gaussian_dp import gdp_delta, gdp_epsilon, gdp_mu, sigma_for_mu
 
-# seed 002, Sec. 3.2: r = 0.5, T = 8000; sigma -> mu, and epsilon at delta = 0.01
-SEED_002 = [(7.36, 6.10, 32), (11.44, 3.92, 16), (18.28, 2.45, 8), (29.93, 1.49, 4)]
+# Su et al. 2023, Sec. 3.2: r = 0.5, T = 8000; sigma -> mu, and epsilon at delta = 0.01
+SU_2023 = [(7.36, 6.10, 32), (11.44, 3.92, 16), (18.28, 2.45, 8), (29.93, 1.49, 4)]
 
 
-@pytest.mark.parametrize("sigma, mu, epsilon", SEED_002)
-def test_seed_002_budgets(sigma, mu, epsilon):
+@pytest.mark.parametrize("sigma, mu, epsilon", SU_2023)
+def test_su_2023_budgets(sigma, mu, epsilon):
     assert gdp_mu(sigma, 0.5, 8000) == pytest.approx(mu, abs=0.01)
     assert sigma_for_mu(mu, 0.5, 8000) == pytest.approx(sigma, rel=0.005)
     assert gdp_epsilon(mu, 0.01) == pytest.approx(epsilon, rel=0.01)

@@ -50,7 +50,7 @@ def test_prv_grid_stays_bounded(monkeypatch):
 
 # The demo's releases (README, "make demo" at 4,000 stays): DP-SGD on 1,884 + 270 train+dev stays, batch 128,
 # 5 epochs, at each target epsilon; DP-NF on the demo EHR table's 62 training patients, q = 0.5, T = 1000, at
-# seed 002's mu budgets and at epsilon 1 and 4.
+# the mu budgets of Su et al. 2023 and at epsilon 1 and 4.
 DEMO_DP_SGD = [(2154, 128, 5, eps) for eps in (0.1, 1.0, 3.5, 10.0)]
 DEMO_DP_NF = [(62, 0.5, 1000, kind, value) for kind, value in
               [("mu", 6.10), ("mu", 3.92), ("mu", 2.45), ("mu", 1.49), ("epsilon", 1.0), ("epsilon", 4.0)]]
@@ -61,6 +61,7 @@ DEMO_DP_NF = [(62, 0.5, 1000, kind, value) for kind, value in
 def test_three_accountants_agree_on_the_demo_releases(release):
     """PLD (an upper bound) is at most RDP; PLD's bracket [optimistic, pessimistic] and PRV's [upper - 2 eps_error,
     upper] both hold the true epsilon, so they must overlap."""
+    from privehr.models.budget_kinds import budget_kind
     from privehr.models.release_plan import ReleasePlan
 
     kind, *args = release
@@ -69,7 +70,7 @@ def test_three_accountants_agree_on_the_demo_releases(release):
         plan = ReleasePlan.for_epochs(n, b, epochs, target_epsilon=eps, delta=1e-5)
     else:
         n, rate, steps, budget, value = args
-        plan = ReleasePlan.for_steps(n, rate, steps, kind=budget, value=value, delta=1e-5)
+        plan = budget_kind(budget).plan(n, rate, steps, value, delta=1e-5)
     s = plan.spend
     assert None not in (s.epsilon_prv, s.epsilon_pld, s.epsilon_pld_lower)
     assert s.epsilon_pld <= s.epsilon_rdp

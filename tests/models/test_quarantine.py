@@ -57,7 +57,7 @@ def test_stay_keys_find_gaps_duplicates_and_late_starts():
     assert k.loc[3, "duplicate_rows"] == 1 and k.loc[3, "first_hour"] == 1 and not k.loc[3, "in_patients"]
 
 
-def test_derived_columns_follow_seed_002():
+def test_derived_columns_follow_su_2023():
     frame = pd.DataFrame({"pap_diastolic": [12.0, 30.0], "pap_systolic": [30.0, 50.0]})
     out = add_derived(frame, [DerivedColumn(name="mean_pap", expression="2 / 3 * pap_diastolic + 1 / 3 * pap_systolic"),
                               DerivedColumn(name="hypertensive", expression="mean_pap > 20")])

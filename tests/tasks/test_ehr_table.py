@@ -13,7 +13,7 @@ from privehr.io.ehr_table import ID, drop_by_missingness, read_ehr_table
 from privehr.io.validation import validate_ehr
 
 SPEC = load_ehr_spec("harrod_ehr")
-SEED_002_DROPPED = {"right_ventricle_diastole", "aov_mean_pg", "ra_vol_a4c", "la_vol_a4c", "lv_esv", "lv_vol_a4c",
+SU_2023_DROPPED = {"right_ventricle_diastole", "aov_mean_pg", "ra_vol_a4c", "la_vol_a4c", "lv_esv", "lv_vol_a4c",
                     "lvot_max_flow"}
 
 
@@ -31,9 +31,9 @@ def test_harrod_loads_into_82_patients_by_19_attributes(harrod):
     t = read_ehr_table(harrod, SPEC)
     assert _sha(harrod) == before
     assert t.frame.shape == (82, 26)  # every attribute: the missingness rule is applied to training patients
-    assert set(t.decisions["dropped_attributes"]) == SEED_002_DROPPED  # seed 002, section 3.1 (whole table)
+    assert set(t.decisions["dropped_attributes"]) == SU_2023_DROPPED  # Su et al. 2023, section 3.1 (whole table)
     kept, dropped, _ = drop_by_missingness(t.frame, SPEC, t.decisions["records_read"])
-    assert kept.shape == (82, 19) and set(dropped) == SEED_002_DROPPED
+    assert kept.shape == (82, 19) and set(dropped) == SU_2023_DROPPED
     assert t.decisions["quarantined"] == {"no value in any kept attribute": 2}
     assert t.parsed.shape == (84, 27)  # every record and attribute as read, plus the generated id
     assert t.frame.index.is_unique and t.frame.notna().any(axis=1).all()
@@ -43,7 +43,7 @@ def test_demo_table_has_harrods_shape(demo):
     t = read_ehr_table(demo, SPEC)
     assert t.parsed.shape == (84, 27)
     assert t.frame.shape == (82, 26)
-    assert set(t.decisions["dropped_attributes"]) == SEED_002_DROPPED
+    assert set(t.decisions["dropped_attributes"]) == SU_2023_DROPPED
 
 
 def test_harrod_validation_passes_with_data_docs(harrod, tmp_path):

@@ -13,6 +13,7 @@ from privehr.tasks.ingest import ingest_extract
 from privehr.tasks.run_directory import create_run_directory
 from privehr.tasks.split import split_cohort
 from privehr.tasks.train import fit_and_evaluate, search_hyperparameters
+from privehr.tasks.methods import grid
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +95,7 @@ def test_over_budget_runs_are_refused_before_anything_is_trained(prepared, tmp_p
     raw = {"data": {"hdf5_path": str(small_extract)}, "privacy": {"ledger_path": str(tmp_path / "scratch.jsonl")},
            "training": {"seeds": 2, "methods": ["dp_sgd"], "dp_sgd": {"epsilons": [1.0]}}}
     config = PipelineConfig.model_validate(raw)
-    cells = [c for c in config.training.cells(["mort_icu"]) if c.model == "logistic_regression"]
+    cells = [c for c in grid(config.training, ["mort_icu"]) if c.model == "logistic_regression"]
     check_privacy_budget.fn(run_dir, cells, config)  # on a scratch ledger: what two releases at epsilon 1 cost
     two = json.loads(open(f"{run_dir}/privacy_budget.json").read())["epsilon_dp_after_run"]
     raw["privacy"] = {"ledger_path": str(ledger), "budget_epsilon": 1.2 * two}  # room for these two, not for four
@@ -112,7 +113,7 @@ def test_over_budget_runs_are_refused_before_anything_is_trained(prepared, tmp_p
     with_baseline = config.model_copy(update={"training": config.training.model_copy(update={
         "methods": ["non_private"]})})
     with pytest.raises(InputError, match="without a DP guarantee"):
-        check_privacy_budget.fn(run_dir, with_baseline.training.cells(["mort_icu"]), with_baseline)
+        check_privacy_budget.fn(run_dir, grid(with_baseline.training, ["mort_icu"]), with_baseline)
 
 
 def test_a_delta_that_could_expose_a_record_is_refused(prepared, tmp_path, small_extract):
@@ -124,7 +125,7 @@ def test_a_delta_that_could_expose_a_record_is_refused(prepared, tmp_path, small
         "data": {"hdf5_path": str(small_extract)}, "privacy": {"ledger_path": str(tmp_path / "l.jsonl"), "delta": 0.05},
         "training": {"methods": ["dp_sgd"], "dp_sgd": {"epsilons": [1.0]}}})
     with pytest.raises(InputError, match="privacy.delta 0.05 is not below one over the number of training records"):
-        check_privacy_budget.fn(run_dir, config.training.cells(["mort_icu"]), config)
+        check_privacy_budget.fn(run_dir, grid(config.training, ["mort_icu"]), config)
 
 
 def test_a_label_with_one_class_in_a_split_stops_the_run_before_training(tmp_path):

@@ -1,0 +1,73 @@
+"""Typed results that the training tasks write, the resume logic reads back and the report aggregates.
+
+A :class:`FitRow` is one final fit of one grid cell and seed: the cell, test metrics (aggregates only),
+the release's plan record for DP-SGD, its guarantee and its time. ``fit-and-evaluate`` builds it, saves it
+next to the model (``RunLayout.fit_result``), and a resumed run reads it back through the same class; the
+report validates every row it is given, so a number in ``results.csv`` traces back to one field here.
+
+>>> row = FitRow(label="mort_icu", model="grud", method="dp_sgd", loss="bce", target_epsilon=1.0, seed=0,
+...              device="cpu", auroc=0.81, auprc=0.42, guarantee="DP", fit_seconds=3.2, epsilon_prv=0.98)
+>>> row.cell_id, row.epsilon_prv
+('mort_icu-grud-dp_sgd-bce-eps1', 0.98)
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from privehr.core.config import Cell, Label, Loss, Method, Model
+
+__all__ = ["FitRow"]
+
+
+class FitRow(BaseModel):
+    """One final fit: every field the result files and the report carry (None where a method has none)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # the cell and the fit
+    label: Label
+    model: Model
+    method: Method
+    loss: Loss
+    target_epsilon: float | None = None
+    seed: int
+    device: str
+    # test metrics (aggregates): AUROC/AUPRC, None where a class is absent (``note`` says so)
+    n: int | None = None
+    positives: int | None = None
+    auroc: float | None
+    auprc: float | None
+    note: str | None = None
+    # ExpM+NF: the draws' spread, the posterior-predictive and MAP draws, and the fit gap
+    auroc_q25: float | None = None
+    auroc_q75: float | None = None
+    auroc_single_release: float | None = None
+    auroc_bayes: float | None = None
+    auroc_map: float | None = None
+    gap_std: float | None = None
+    gap_range: float | None = None
+    eval_samples: int | None = None
+    final_loss: float | None = None
+    # training and, for DP-SGD, the release plan's record
+    epochs: int | None = None
+    epsilon_prv: float | None = None
+    epsilon_rdp: float | None = None
+    epsilon_pld: float | None = None
+    noise_multiplier: float | None = None
+    sample_rate: float | None = None
+    steps: int | None = None
+    delta: float | None = None
+    accountant: str | None = None
+    noise_source: str | None = None
+    guarantee: str
+    fit_seconds: float
+
+    @property
+    def cell(self) -> Cell:
+        return Cell(label=self.label, model=self.model, method=self.method, loss=self.loss,
+                    target_epsilon=self.target_epsilon)
+
+    @property
+    def cell_id(self) -> str:
+        return self.cell.cell_id

@@ -1,0 +1,66 @@
+"""A registry of named implementations, the pattern of Opacus's accountant and grad-sampler registries.
+
+Each implementation is a class with a ``name``; decorating it with :meth:`Registry.register` stores one
+instance under that name, and code looks implementations up by the name the configuration holds instead
+of branching on it. Where the bottom layer declares the names (a ``Literal`` in the config, so that
+pydantic and the deployments' schemas can check them), the registry refuses any other name.
+
+>>> shapes = Registry("shape", declared=("circle", "square"))
+>>> @shapes.register
+... class Circle:
+...     name = "circle"
+>>> shapes["circle"].name, "square" in shapes
+('circle', False)
+>>> shapes["hexagon"]
+Traceback (most recent call last):
+...
+ValueError: unknown shape 'hexagon'; choose one of ('circle',)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+__all__ = ["Registry"]
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Named instances of registered classes; a mapping from name to instance."""
+
+    def __init__(self, what: str, declared: tuple[str, ...] | None = None):
+        self.what, self.declared = what, declared
+        self._items: dict[str, T] = {}
+
+    def register(self, cls: type[T]) -> type[T]:
+        """Class decorator: store one instance of ``cls`` under ``cls.name``."""
+        if self.declared is not None and cls.name not in self.declared:
+            raise ValueError(f"{self.what} {cls.name!r} is not declared in the configuration (one of "
+                             f"{self.declared})")
+        if cls.name in self._items:
+            raise ValueError(f"{self.what} {cls.name!r} is registered twice")
+        self._items[cls.name] = cls()
+        return cls
+
+    def __getitem__(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise ValueError(f"unknown {self.what} {name!r}; choose one of {tuple(self._items)}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def items(self):
+        return self._items.items()
+
+    def keys(self):
+        return self._items.keys()
