@@ -96,7 +96,7 @@ def _schema() -> tuple[dict[str, type[BaseModel]], dict[str, set[str]]]:
 
     for module in (config_module, inference_config_module):
         for cls in vars(module).values():
-            if inspect.isclass(cls) and issubclass(cls, BaseModel) and cls.__module__ == module.__name__:
+            if inspect.isclass(cls) and issubclass(cls, BaseModel) and cls.__module__.startswith(module.__name__):
                 walk(cls)
     return classes, holders
 

@@ -118,7 +118,7 @@ def test_the_wheel_installs_only_privehr(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"privehr"}
     for required in ("privehr/flows/pipeline.py", "privehr/tasks/train.py", "privehr/models/maf.py",
-                     "privehr/io/validation.py", "privehr/core/config.py", "privehr/cli/__init__.py",
+                     "privehr/io/validation.py", "privehr/core/config/training.py", "privehr/cli/__init__.py",
                      "privehr/simulate/severity_simulator.py", "privehr/expectations/harrod_ehr.json",
                      "privehr/expectations/specs/harrod_ehr.yaml", "privehr/expectations/specs/mimic_vitals_labs.csv",
                      "privehr/resources/mimic_extract_variables.csv"):

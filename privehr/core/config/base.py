@@ -1,0 +1,43 @@
+"""The names the configuration declares (labels, models, methods, losses, clipping modes) and the strict base
+class every config model shares."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["AuditedMethod", "DPSGDClipping", "FineGrainedClipping", "Label", "Loss", "Method", "Model", "PositiveFloat"]
+
+
+Label = Literal["mort_hosp", "mort_icu", "los_3", "los_7"]
+Model = Literal["logistic_regression", "grud"]
+# The training methods' names; each is implemented by one registered class in privehr.tasks.methods (which this
+# bottom layer cannot import; tests/tasks/test_training_methods.py fails if the two disagree).
+Method = Literal["non_private", "dp_sgd", "expm_nf"]
+AuditedMethod = Literal["non_private", "dp_sgd"]
+Loss = Literal["bce", "l2"]
+# per-sample clipping of DP-SGD (privehr.models.dp_sgd) and of DP-HFlow's fine-grained modes
+# (privehr.models.fine_grained_clipping): the models read their mode names from these
+DPSGDClipping = Literal["ghost", "hooks", "functorch"]
+FineGrainedClipping = Literal["flat", "per_layer", "per_unit", "sparsified"]
+# a privacy budget is a finite positive number: inf, nan and "Infinity" are refused (inf is no privacy at all)
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+def _moved(old: str, new: str):
+    """A validator refusing a setting that moved, with where it lives now."""
+    def check(cls, data):
+        if isinstance(data, dict) and old in data:
+            raise ValueError(f"{old} moved to {new} (one setting for every release and the ledger)")
+        return data
+    return model_validator(mode="before")(check)
+
+def _resume_needs_run_id(config):
+    if config.resume and not config.run_id:
+        raise ValueError("resume needs the run_id of the run to continue")
+    return config
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")

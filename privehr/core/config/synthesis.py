@@ -1,0 +1,195 @@
+"""``privehr-ehr-prepare`` and ``privehr-synthesize``: MICE, the flows (DP-NF, DP-HFlow), the marginal
+baselines and the synthesis budgets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from privehr.core.config.base import _moved, _resume_needs_run_id, _Strict, FineGrainedClipping, PositiveFloat
+from privehr.core.config.privacy import _ledger_beside_runs, PrivacyConfig
+
+__all__ = ["Budget", "DPNFConfig", "EHRPrepareConfig", "HFlowConfig", "MARGINAL_SYNTHESIZERS", "MarginalConfig", "MICEConfig", "StaticImputationConfig", "SynthesisConfig", "SynthesisMICEConfig", "Synthesizer"]
+
+
+class MICEConfig(_Strict):
+    """Multiple imputation by chained equations (scikit-learn IterativeImputer, posterior draws)."""
+
+    m: int = Field(5, ge=1, description="imputed datasets")
+    max_iter: int = Field(10, ge=1, description="rounds of the chained equations")
+    seed: int = 0
+    trace: bool = Field(True, description="record per-round means and R-hat (costs max_iter/2 extra fits)")
+
+
+class StaticImputationConfig(MICEConfig):
+    """MICE for the cohort's per-stay static table (demographics and 24 h means) in privehr-pipeline."""
+
+    max_missing_fraction: float = Field(0.9, ge=0, le=1, description="drop variables missing in more training "
+                                                                     "stays than this (recorded)")
+    trace: bool = False
+
+
+class EHRPrepareConfig(_Strict):
+    """``privehr-ehr-prepare``: validate a small EHR table, split it by patient, impute it with MICE."""
+
+    path: Path = Field(Path("data/ehr/EHR_dataset.csv"), description="the table (read only)")
+    spec: str = Field("harrod_ehr", description="spec name in expectations/specs, or a YAML path")
+    test_fraction: float = Field(20 / 84, gt=0, lt=1, description="held-out patients (Su et al. 2023: 20 of 84)")
+    split_seed: int = 1
+    mice: MICEConfig = MICEConfig()
+    stop_on_critical: bool = True
+    artifacts_dir: Path = Path("artifacts")
+    run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$")
+
+
+class DPNFConfig(_Strict):
+    """The masked autoregressive flow and its DP-SGD training (Su et al. 2023 used 15 blocks x 200 hidden, C = 10,
+    r = 0.5, T = 8000, SGD lr 2e-5 with batch norm; privehr has no batch norm and uses Adam)."""
+
+    blocks: int = Field(5, ge=1, description="MADE blocks, reversed order between blocks")
+    hidden_size: int = Field(64, ge=2)
+    hidden_layers: int = Field(1, ge=1)
+    steps: int = Field(1000, ge=1, description="DP-SGD steps T")
+    sample_rate: float = Field(0.5, gt=0, le=1, description="Poisson rate q (Su et al. 2023: r = 0.5); "
+                                                            "the effective q = 1 / ceil(n / ceil(q n)) is recorded")
+    max_grad_norm: float = Field(10.0, gt=0, description="per-sample clipping norm C (Su et al. 2023: 10)")
+    learning_rate: float = Field(3e-3, gt=0, description="Adam")
+    validation_fraction: float = Field(0.2, ge=0, lt=1, description="the non-private flow only: share of its "
+                                       "training patients held out for early stopping (0: train all steps)")
+    patience: int = Field(5, ge=1, description="the non-private flow only: held-out evaluations (every 50 steps) "
+                                               "without improvement before it stops at its best")
+
+    _reproducible_moved = _moved("reproducible_noise", "privacy.reproducible_noise")
+
+
+class HFlowConfig(_Strict):
+    """DP-HFlow (Lee et al. 2022): dequantized discrete columns, conditional autoregressive spline blocks shared
+    among the sub-flows, low-rank linear layers, fine-grained clipping."""
+
+    blocks: int = Field(3, ge=1, description="spline + low-rank linear blocks, reversed order between blocks "
+                                             "(Lee et al. 2022: 3)")
+    hidden_size: int = Field(64, ge=2, description="the shared conditional MADE's hidden units")
+    hidden_layers: int = Field(1, ge=1)
+    bins: int = Field(8, ge=2, description="rational-quadratic spline bins")
+    rank: int = Field(2, ge=1, description="rank of the low-rank linear layers")
+    dequantization: Literal["uniform", "variational"] = Field(
+        "uniform", description="of discrete columns (Lee et al. 2022: variational helps at large epsilon, uniform "
+                               "at small)")
+    clipping: FineGrainedClipping = Field(
+        "flat", description="per-sample clipping: one norm (flat), per layer, per unit, or per layer after "
+                            "stochastic sparsification (fine-grained modes of Lee et al. 2022); every mode bounds a "
+                            "sample's whole gradient by max_grad_norm. Flat was as good or better on WHAS500 and GBSG2 "
+                            "(bench/mixed_type_synthesis.py)")
+    sparsity: float = Field(0.5, ge=0, lt=1, description="share of each layer's gradient entries sparsified "
+                                                        "(clipping: sparsified)")
+    steps: int = Field(500, ge=1, description="DP-SGD steps T")
+    sample_rate: float = Field(0.5, gt=0, le=1, description="Poisson rate q")
+    max_grad_norm: float = Field(1.0, gt=0, description="per-sample clipping norm C (split among layers by the "
+                                                        "fine-grained modes)")
+    learning_rate: float = Field(3e-3, gt=0, description="Adam")
+    validation_fraction: float = Field(0.2, ge=0, lt=1, description="the non-private flow only: share of its "
+                                       "training patients held out for early stopping (0: train all steps)")
+    patience: int = Field(5, ge=1, description="the non-private flow only: held-out evaluations (every 50 steps) "
+                                               "without improvement before it stops at its best")
+
+
+class MarginalConfig(_Strict):
+    """AIM and MST (McKenna et al.) through private-pgm (``pip install privehr[baselines]``): the marginal-based
+    baselines, run on the same training patients at the same (epsilon, delta)."""
+
+    bins: int = Field(16, ge=2, le=64, description="equal-width bins of each numeric column's bounds (public)")
+    max_model_size: float = Field(80.0, gt=0, description="AIM: the model's size limit in MB")
+
+
+Synthesizer = Literal["maf", "hflow", "aim", "mst"]
+MARGINAL_SYNTHESIZERS = ("aim", "mst")
+
+
+class SynthesisMICEConfig(MICEConfig):
+    """MICE before synthesis: no trace by default (it costs max_iter/2 extra fits per imputation)."""
+
+    trace: bool = False
+
+
+class Budget(_Strict):
+    """One privacy budget of a synthesis grid: mu-GDP, an (epsilon, delta) target, or none (non-private)."""
+
+    kind: Literal["mu", "epsilon", "non_private"]
+    value: Annotated[float, Field(allow_inf_nan=False)] | None = None
+
+    @model_validator(mode="after")
+    def _value_matches_kind(self):
+        if (self.kind == "non_private") != (self.value is None) or (self.value is not None and self.value <= 0):
+            raise ValueError("mu and epsilon budgets need a positive value; non_private takes none")
+        return self
+
+    @property
+    def label(self) -> str:
+        return "inf" if self.kind == "non_private" else f"{self.kind}{self.value:g}"
+
+
+class SynthesisConfig(EHRPrepareConfig):
+    """``privehr-synthesize``: validate -> split -> MICE -> DP-NF per (imputation, budget, run) -> releases ->
+    utility (train on synthetic, test on real) and fidelity -> report and privacy ledger."""
+
+    mice: SynthesisMICEConfig = SynthesisMICEConfig()
+    mus: list[PositiveFloat] = Field(default_factory=lambda: [6.10, 3.92, 2.45, 1.49],
+                                     description="budgets as mu-GDP (Su et al. 2023); sigma = "
+                                                 "1/sqrt(log(1 + (mu/q)^2/T))")
+    epsilons: list[PositiveFloat] = Field(default_factory=lambda: [1.0, 4.0],
+                                          description="budgets as (epsilon, delta) targets: sigma calibrated by PRV "
+                                                      "and RDP")
+    non_private: bool = Field(True, description="also a non-private flow (the mu = infinity column of Su et al. 2023)")
+    dpnf: DPNFConfig = DPNFConfig()
+    runs: int = Field(1, ge=1, description="flows per imputation and budget (Su et al. 2023: 10)")
+    releases: int = Field(2, ge=1, description="synthetic tables per flow (Su et al. 2023: 10)")
+    rows: int | None = Field(None, ge=1, description="rows per synthetic table (default: as many as the table's "
+                                                     "patients, exact where the spec declares the count public, "
+                                                     "else a noisy count at count_epsilon)")
+    count_epsilon: PositiveFloat = Field(0.1, description="epsilon of the noisy patient count that sizes the tables "
+                                                          "(two-sided geometric mechanism; entered in the ledger)")
+    scaling: Literal["bounds", "train"] = Field("bounds", description="bounds: center/scale from the spec's "
+                                                "bounds (data-independent); train: training mean/sd (not private)")
+    synthesizers: list[Synthesizer] = Field(
+        default_factory=lambda: ["maf"], min_length=1,
+        description="maf: DP-NF (Su et al. 2023); hflow: DP-HFlow (Lee et al. 2022, mixed types); "
+                    "aim, mst: marginal-based baselines (epsilon budgets only; pip install privehr[baselines])")
+    hflow: HFlowConfig = HFlowConfig()
+    marginal: MarginalConfig = MarginalConfig()
+    classification_target: str | None = Field(None, description="binary column the utility classifiers predict "
+                                                                "(default: the spec's targets.classification)")
+    regression_target: str | None = Field(None, description="numeric column the random forest predicts (default: "
+                                                            "the spec's targets.regression)")
+    excluded_features: list[str] | None = Field(None, description="columns left out of the utility models' inputs "
+                                                                  "(default: the spec's targets.excluded_features)")
+    privacy: PrivacyConfig = Field(PrivacyConfig(), description="ledger, budget, delta and noise of the table's "
+                                                                "releases")
+    resume: bool = Field(False, description="continue run_id's directory: flows whose release record exists are "
+                                            "not retrained (a retrained flow would be a new, unrecorded release)")
+
+    _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))
+    _ledger_beside_runs = model_validator(mode="after")(lambda self: _ledger_beside_runs(self))
+    _delta_moved = _moved("delta", "privacy.delta")
+    _ledger_moved = _moved("ledger_path", "privacy.ledger_path")
+    _budget_moved = _moved("budget_epsilon", "privacy.budget_epsilon")
+
+    def budgets(self) -> list[Budget]:
+        out = [Budget(kind="non_private")] if self.non_private else []
+        return out + [Budget(kind="mu", value=m) for m in self.mus] + [Budget(kind="epsilon", value=e)
+                                                                       for e in self.epsilons]
+
+    def jobs(self) -> list[dict]:
+        """(synthesizer, imputation, budget, run), one release each. The marginal baselines take the epsilon budgets
+        only (they have no non-private form and no mu-GDP calibration). The MAF's job ids carry no prefix."""
+        return [{"synthesizer": s, "imputation": i, "budget": b.model_dump(), "run": r,
+                 "job_id": f"{'' if s == 'maf' else s + '-'}imp{i}-{b.label}-run{r}"}
+                for s in self.synthesizers for i in range(self.mice.m) for b in self.budgets() for r in range(self.runs)
+                if s not in MARGINAL_SYNTHESIZERS or b.kind == "epsilon"]
+
+    def targets(self, spec) -> tuple[str | None, str | None, list[str]]:
+        """(classification target, regression target, excluded features): these settings, else the spec's."""
+        t = spec.targets
+        return (self.classification_target or t.classification, self.regression_target or t.regression,
+                t.excluded_features if self.excluded_features is None else self.excluded_features)
