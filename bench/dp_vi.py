@@ -44,7 +44,7 @@ from privehr.models.run_summary import summarise_runs  # noqa: E402
 from privehr.core.inference_config import InferenceConfig  # noqa: E402
 from privehr.tasks.private_inference import mu_plan, vi_hyperparameters  # noqa: E402
 from privehr.tasks.inference_report import format_cell, versus_exact  # noqa: E402
-from privehr.tasks.synthesis import density_hyperparameters  # noqa: E402
+from privehr.tasks.synthesizers.flows import density_hyperparameters  # noqa: E402
 
 # Su et al. 2023: Table 6 (DP-NF-VI) and Table 7 (VI on DP synthetic data); columns: exact, NF-VI,
 # mu 6.68 1.12 0.5 0.27; each entry "mean" or (mean, SD over 5 runs)

@@ -46,7 +46,7 @@ from privehr.models.tstr_panel import tstr, tstr_summary  # noqa: E402
 from privehr.core.config import SynthesisConfig  # noqa: E402
 from privehr.core.specs import load_ehr_spec  # noqa: E402
 from privehr.io.ehr_table import read_ehr_table  # noqa: E402
-from privehr.tasks.synthesis import FLOW_SYNTHESIZERS, job_plan  # noqa: E402
+from privehr.tasks.synthesizers import get_synthesizer  # noqa: E402
 
 B = "binary"
 SPECS = {  # bounds: public clinical ranges, wide enough for any adult patient (not the tables' extremes)
@@ -102,14 +102,15 @@ def _split(frame: pd.DataFrame, run: int):
 
 
 def _flow_table(kind, train, codec, spec, config, epsilon, delta, run):
-    """One DP flow on the training rows, fitted by the synthesis task's own code (``FLOW_SYNTHESIZERS``); as many rows
-    as training patients, (raw, decoded) in frame units."""
+    """One DP flow on the training rows, fitted by the synthesis task's own synthesizer (``get_synthesizer``); as many
+    rows as training patients, (raw, decoded) in frame units."""
     seed = 1000 * run + 17
     job = {"synthesizer": kind, "budget": {"kind": "epsilon", "value": epsilon}}
-    plan = job_plan(config.model_copy(update={"privacy": config.privacy.model_copy(update={"delta": delta})}), job,
-                    len(train))
-    _, _, _, sample, _, _ = FLOW_SYNTHESIZERS[kind](train, train, codec.names, spec, config, plan, NoiseSource.secret(),
-                                                    seed, torch.device("cpu"), f"{kind}-run{run}")
+    synthesizer = get_synthesizer(kind)
+    plan = synthesizer.plan(config.model_copy(update={"privacy": config.privacy.model_copy(update={"delta": delta})}),
+                            job, len(train))
+    _, _, _, sample, _, _ = synthesizer.fit(train, train, codec.names, spec, config, plan, NoiseSource.secret(), seed,
+                                            torch.device("cpu"), f"{kind}-run{run}")
     raw = sample(len(train), torch.Generator().manual_seed(seed))
     raw = raw[np.isfinite(raw.to_numpy(float)).all(axis=1)].reset_index(drop=True)
     return raw, codec.decode(raw)

@@ -34,7 +34,7 @@ from privehr.tasks.compute import share_cores
 from privehr.io.privacy_ledger import Ledger, record_release
 from privehr.tasks.release_budget import check_delta, reserve_planned
 from privehr.tasks.run_logging import run_logger
-from privehr.tasks.synthesis import density_hyperparameters
+from privehr.tasks.synthesizers.flows import density_hyperparameters
 
 __all__ = ["inference_likelihood", "prepare_records", "check_inference_budget", "exact_posterior", "fit_posterior",
            "vi_hyperparameters", "mu_plan", "EXACT_KEY",

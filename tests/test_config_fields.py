@@ -3,10 +3,10 @@ a field that no code outside the schema reads.
 
 Static, by name and holder: a field ``f`` of a class held under the field name ``h`` (``training.dp_sgd``)
 is read when some code reads ``<...>.h.f``, or ``x.f`` where ``x`` was assigned from ``<...>.h`` or is a
-parameter annotated with the class, or ``self.f`` in the class's own methods. A class that is also a flow's
-parameter (no holder) counts any read of ``.f``. A class shared by two holders (one set of fields for both)
-must be read as a whole in each, which is why the audit's shadows use the settings classes without the
-grid's epsilons (``DPSGDSettings``, ``NonPrivateSettings``).
+parameter or a local variable annotated with the class, or ``self.f`` in the class's own methods. A class
+that is also a flow's parameter (no holder) counts any read of ``.f``. A class shared by two holders (one
+set of fields for both) must be read as a whole in each, which is why the audit's shadows use the settings
+classes without the grid's epsilons (``DPSGDSettings``, ``NonPrivateSettings``).
 """
 
 import ast
@@ -45,6 +45,8 @@ def _function_reads(fn, class_name: str | None, reads: dict) -> None:
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 alias[arg.arg].add(f"<{node.value}>")
     for node in ast.walk(fn):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):  # x: SomeConfig = ...
+            alias[node.target.id] |= {f"<{n.id}>" for n in ast.walk(node.annotation) if isinstance(n, ast.Name)}
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
             pairs = zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \

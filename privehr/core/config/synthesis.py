@@ -11,7 +11,8 @@ from pydantic import Field, model_validator
 from privehr.core.config.base import _moved, _resume_needs_run_id, _Strict, FineGrainedClipping, PositiveFloat
 from privehr.core.config.privacy import _ledger_beside_runs, PrivacyConfig
 
-__all__ = ["Budget", "DPNFConfig", "EHRPrepareConfig", "HFlowConfig", "MARGINAL_SYNTHESIZERS", "MarginalConfig", "MICEConfig", "StaticImputationConfig", "SynthesisConfig", "SynthesisMICEConfig", "Synthesizer"]
+__all__ = ["Budget", "DPNFConfig", "EHRPrepareConfig", "HFlowConfig", "MARGINAL_SYNTHESIZERS", "MarginalConfig",
+           "MICEConfig", "StaticImputationConfig", "SynthesisConfig", "SynthesisMICEConfig", "Synthesizer"]
 
 
 class MICEConfig(_Strict):

@@ -9,7 +9,8 @@ from pydantic import Field, model_validator
 
 from privehr.core.config.base import _moved, _Strict, DPSGDClipping, Label, Loss, Method, Model, PositiveFloat
 
-__all__ = ["Cell", "DPSGDConfig", "DPSGDSettings", "EvaluationConfig", "ExpMNFConfig", "GRUDConfig", "NonPrivateConfig", "NonPrivateSettings", "SplitConfig", "TrainingConfig"]
+__all__ = ["Cell", "DPSGDConfig", "DPSGDSettings", "EvaluationConfig", "ExpMNFConfig", "GRUDConfig",
+           "NonPrivateConfig", "NonPrivateSettings", "SplitConfig", "TrainingConfig"]
 
 
 class SplitConfig(_Strict):
