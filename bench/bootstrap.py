@@ -3,7 +3,7 @@
     python bench/bootstrap.py [--resamples 1000] [--repeats 3]
 
 For test sets of the demo's size (538 stays) and of the full-size cohort's (about 4,800 stays), three
-seeds and AUROC + AUPRC + Brier: seconds for ``models/bootstrap.py`` (one pass over (B, n) count
+seeds and AUROC + AUPRC + Brier: seconds for ``models/evaluation/bootstrap.py`` (one pass over (B, n) count
 arrays) and for drawing indices and calling scikit-learn per resample, interleaved, medians; and the
 largest difference between the two (the same resamples, so it must be ~1e-15).
 
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from sklearn.metrics import average_precision_score, roc_auc_score  # noqa: E402
 
-from privehr.models.bootstrap import stratified_counts, weighted_auprc, weighted_auroc, weighted_brier  # noqa: E402
+from privehr.models.evaluation.bootstrap import stratified_counts, weighted_auprc, weighted_auroc, weighted_brier  # noqa: E402
 
 
 def _vectorised(preds, y, w):

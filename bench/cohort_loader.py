@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import hashlib, json, sys, time
 import numpy as np
-from privehr.models.cohort import select_cohort
+from privehr.models.data.cohort import select_cohort
 from privehr.io.mimic_extract import read_patients, read_window, read_window_pandas
 path, loader, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3])
 t0 = time.perf_counter()

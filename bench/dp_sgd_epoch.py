@@ -1,10 +1,10 @@
 """Benchmark: epoch time of DP-SGD over non-private training, logistic regression and GRU-D, one run.
 
 Same data (N stays x 24 h x 104 variables, ~11 % observed, as the demo cohort), same model, same
-expected batch size. Non-private: shuffled minibatches as models/training.py takes them. DP-SGD:
+expected batch size. Non-private: shuffled minibatches as models/classifiers/training.py takes them. DP-SGD:
 Poisson sampling, per-sample clipping and noise at a fixed sigma (calibration excluded: it happens
-once per run), by privehr's ghost clipping (models/ghost_clipping.py, the trainer's default) and by
-Opacus (hooks, functorch), each as models/dp_sgd.py runs it. The modes interleave in every repeat.
+once per run), by privehr's ghost clipping (models/dpsgd/ghost_clipping.py, the trainer's default) and by
+Opacus (hooks, functorch), each as models/dpsgd/trainer.py runs it. The modes interleave in every repeat.
 Prints JSON and writes bench/results/dp_sgd_epoch_<device>.json. Goal (issue 17): GRU-D ghost
 DP-SGD epoch <= 1.3x the non-private one.
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from privehr.models.classifiers import build_classifier  # noqa: E402
 from privehr.models.device import resolve_device  # noqa: E402
-from privehr.models.losses import binary_loss  # noqa: E402
+from privehr.models.classifiers.losses import binary_loss  # noqa: E402
 
 
 def _data(n, hours, variables, device, seed=0):
@@ -56,9 +56,9 @@ def make_trainer(model_name, mode, x, y, batch_size, device):
     """A closure that runs one epoch of training in ``mode`` (one of MODES) and returns its seconds."""
     import itertools
 
-    from privehr.models import dp_sgd
-    from privehr.models.randomness import NoiseSource
-    from privehr.models.release_plan import ReleasePlan
+    from privehr.models.dpsgd import trainer as dp_sgd
+    from privehr.models.privacy.randomness import NoiseSource
+    from privehr.models.privacy.release_plan import ReleasePlan
 
     model = build_classifier(model_name, x[0].shape[2], x[0].shape[1], seed=0, hidden_size=32).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

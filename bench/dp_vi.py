@@ -4,12 +4,12 @@
                           [--mus 6.68 1.12 0.50 0.27] [--temperature 0.1] [--out bench/results/dp_vi_<device>.json]
 
 Simulates the paper's nonlinear repeated-measures data (n = 6000 subjects x 5 measurements, the stand-in for
-private patients; eq. 12 read with exp(beta3 w3), see models/repeated_measures.py), then computes
+private patients; eq. 12 read with exp(beta3 w3), see models/inference/repeated_measures.py), then computes
 
 * the exact posterior (Laplace-proposal importance sampling, "original nonlinear model"),
 * the non-private NF-VI ("original NF-VI"), ``--runs`` times,
 * Table 6: DP-NF-VI (Algorithm 2) at each mu, ``--runs`` releases each, with the paper's loss (free energy) and
-  the alternative loss (tempered free energy at ``--temperature``, draws shrunk back; models/dp_vi.py),
+  the alternative loss (tempered free energy at ``--temperature``, draws shrunk back; models/inference/dp_vi.py),
 * Table 7: VI on DP synthetic data: per run one DP-NF of the records (Algorithm 1) at each mu, ``--datasets``
   synthetic tables, NF-VI on each, posteriors pooled,
 
@@ -37,14 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from privehr.models.device import resolve_device  # noqa: E402
-from privehr.models.posterior_reference import reference_posterior  # noqa: E402
-from privehr.models.private_inference import FlowShape, private_posterior, synthetic_posterior  # noqa: E402
-from privehr.models.repeated_measures import TRUE_BETA, NonlinearRepeatedMeasures, simulate_repeated_measures  # noqa: E402
-from privehr.models.run_summary import summarise_runs  # noqa: E402
+from privehr.models.inference.posterior_reference import reference_posterior  # noqa: E402
+from privehr.models.inference.routes import FlowShape, private_posterior, synthetic_posterior  # noqa: E402
+from privehr.models.inference.repeated_measures import TRUE_BETA, NonlinearRepeatedMeasures, simulate_repeated_measures  # noqa: E402
+from privehr.models.inference.run_summary import summarise_posteriors  # noqa: E402
 from privehr.core.inference_config import InferenceConfig  # noqa: E402
 from privehr.tasks.private_inference import mu_plan, vi_hyperparameters  # noqa: E402
 from privehr.tasks.inference_report import format_cell, versus_exact  # noqa: E402
-from privehr.tasks.synthesizers.flows import density_hyperparameters  # noqa: E402
+from privehr.models.synthesis.flow_synthesizers import density_hyperparameters  # noqa: E402
 
 # Su et al. 2023: Table 6 (DP-NF-VI) and Table 7 (VI on DP synthetic data); columns: exact, NF-VI,
 # mu 6.68 1.12 0.5 0.27; each entry "mean" or (mean, SD over 5 runs)
@@ -202,7 +202,7 @@ def main() -> None:
     columns = result["columns"]
 
     def timed(name, fits, extra=None):
-        columns[name] = {"runs": summarise_runs([f.summary for f in fits]), **(extra or {})}
+        columns[name] = {"runs": summarise_posteriors([f.summary for f in fits]), **(extra or {})}
         print(json.dumps({name: {"mean": columns[name]["runs"]["mean"]["mean"],
                                  "sd": columns[name]["runs"]["sd"]["mean"],
                                  "seconds": columns[name]["seconds"]}}), flush=True)

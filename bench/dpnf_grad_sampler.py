@@ -1,5 +1,5 @@
 """Benchmark: one DP-SGD training step of the MAF, privehr's own per-sample path (ghost clipping of the
-layers, models/ghost_clipping.py) vs Opacus with privehr's MaskedLinear grad sampler (hooks)
+layers, models/dpsgd/ghost_clipping.py) vs Opacus with privehr's MaskedLinear grad sampler (hooks)
 vs Opacus's functorch fallback vs a non-private step, measured in one run (issue 6; goal: own >= 2x
 faster than functorch).
 
@@ -28,10 +28,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from privehr.models.device import resolve_device  # noqa: E402
-from privehr.models.dp_nf import DensityHyperparameters, train_density  # noqa: E402
-from privehr.models.maf import MAF  # noqa: E402
-from privehr.models.randomness import NoiseSource  # noqa: E402
-from privehr.models.release_plan import ReleasePlan  # noqa: E402
+from privehr.models.nf.dp_nf import DensityHyperparameters, train_density  # noqa: E402
+from privehr.models.nf.maf import MAF  # noqa: E402
+from privehr.models.privacy.randomness import NoiseSource  # noqa: E402
+from privehr.models.privacy.release_plan import ReleasePlan  # noqa: E402
 
 SHAPES = [{"name": "su2023_ehr", "features": 19, "blocks": 15, "hidden": 200, "layers": 1, "n": 62, "batch": 31},
           {"name": "waites2021_lifesci", "features": 10, "blocks": 5, "hidden": 100, "layers": 2, "n": 24000,

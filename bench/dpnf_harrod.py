@@ -51,7 +51,7 @@ def main() -> None:
     from prefect.testing.utilities import prefect_test_harness
 
     from privehr.flows.synthesis import synthesize_ehr
-    from privehr.models.gaussian_dp import gdp_epsilon
+    from privehr.models.privacy.gdp import gdp_epsilon
     from privehr.core.config import SynthesisConfig
 
     config = SynthesisConfig(path=args.harrod, mice={"m": args.m, "trace": False}, epsilons=[], runs=args.runs,

@@ -34,14 +34,14 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from privehr.models.anomaly_detection import content_ids, dp_ad_roc, partition_by_id, tail_anomalies, threshold_roc  # noqa: E402
+from privehr.models.evaluation.anomaly_detection import content_ids, dp_ad_roc, partition_by_id, tail_anomalies, threshold_roc  # noqa: E402
 from privehr.models.classifiers import seeded_build  # noqa: E402
-from privehr.models.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density  # noqa: E402
-from privehr.models.gaussian_dp import gdp_epsilon  # noqa: E402
-from privehr.models.maf import MAF  # noqa: E402
-from privehr.models.randomness import NoiseSource  # noqa: E402
-from privehr.models.release_plan import ReleasePlan  # noqa: E402
-from privehr.models.synthetic_utility import knn_mse  # noqa: E402
+from privehr.models.nf.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density  # noqa: E402
+from privehr.models.privacy.gdp import gdp_epsilon  # noqa: E402
+from privehr.models.nf.maf import MAF  # noqa: E402
+from privehr.models.privacy.randomness import NoiseSource  # noqa: E402
+from privehr.models.privacy.release_plan import ReleasePlan  # noqa: E402
+from privehr.models.evaluation.synthetic_utility import knn_mse  # noqa: E402
 
 PAPER = {"epsilons": [0.5, 1.0, 2.0, 4.0], "dp_nf_gdp": ["8.90 +- 0.18", "9.41 +- 0.12", "10.20 +- 0.09", "10.77 +- 0.24"],
          "dp_mog_ma": ["2.30 +- 0.27", "5.09 +- 0.20", "8.87 +- 0.06", "9.10 +- 0.06"]}

@@ -30,14 +30,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from privehr.models.batched_utility import BatchedUtility  # noqa: E402
+from privehr.models.expm.batched_utility import BatchedUtility  # noqa: E402
 from privehr.models.device import resolve_device  # noqa: E402
-from privehr.models.dp_sgd import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
-from privehr.models.randomness import NoiseSource  # noqa: E402
-from privehr.models.release_plan import ReleasePlan  # noqa: E402
-from privehr.models.expm_nf import ExpMNFHyperparameters, sample_parameters, train_expm_nf  # noqa: E402
-from privehr.models.logistic_regression import LogisticRegression  # noqa: E402
-from privehr.models.metrics import binary_metrics  # noqa: E402
+from privehr.models.dpsgd.trainer import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
+from privehr.models.privacy.randomness import NoiseSource  # noqa: E402
+from privehr.models.privacy.release_plan import ReleasePlan  # noqa: E402
+from privehr.models.expm.mechanism import ExpMNFHyperparameters, sample_parameters, train_expm_nf  # noqa: E402
+from privehr.models.classifiers.logistic_regression import LogisticRegression  # noqa: E402
+from privehr.models.evaluation.metrics import binary_metrics  # noqa: E402
 
 
 def _sync(device):

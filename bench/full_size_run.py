@@ -53,7 +53,7 @@ print(json.dumps({"flow_wall_s": wall, "peak_rss_mb": int(hwm) / 1024, "stage_se
 def projections(stage_seconds: dict, per_kind: dict[tuple[str, str], list[float]]) -> dict:
     """The nightly deployment's and the full profile's time, from the measured median seconds per fit."""
     from privehr.core.config import PipelineConfig, load_config
-    from privehr.tasks.methods import grid, seeds_of
+    from privehr.models.methods import grid, seeds_of
 
     concurrent = 2  # privehr.tasks.compute.CONCURRENT_FITS fits share the cores
     data_stages = sum(v for k, v in stage_seconds.items() if k not in ("search", "fit (after the last search)"))

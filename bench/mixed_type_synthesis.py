@@ -38,15 +38,15 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from privehr.models.column_codec import TableCodec  # noqa: E402
-from privehr.models.marginal_synthesis import marginal_available, synthesize_marginal  # noqa: E402
-from privehr.models.mixed_fidelity import mixed_fidelity_summary  # noqa: E402
-from privehr.models.randomness import NoiseSource  # noqa: E402
-from privehr.models.tstr_panel import tstr, tstr_summary  # noqa: E402
+from privehr.models.synthesis.codec import TableCodec  # noqa: E402
+from privehr.models.synthesis.marginal import marginal_available, synthesize_marginal  # noqa: E402
+from privehr.models.evaluation.mixed_fidelity import mixed_fidelity_summary  # noqa: E402
+from privehr.models.privacy.randomness import NoiseSource  # noqa: E402
+from privehr.models.evaluation.tstr_panel import tstr, tstr_summary  # noqa: E402
 from privehr.core.config import SynthesisConfig  # noqa: E402
 from privehr.core.specs import load_ehr_spec  # noqa: E402
 from privehr.io.ehr_table import read_ehr_table  # noqa: E402
-from privehr.tasks.synthesizers import get_synthesizer  # noqa: E402
+from privehr.models.synthesis import SynthesisData, create_synthesizer  # noqa: E402
 
 B = "binary"
 SPECS = {  # bounds: public clinical ranges, wide enough for any adult patient (not the tables' extremes)
@@ -102,16 +102,16 @@ def _split(frame: pd.DataFrame, run: int):
 
 
 def _flow_table(kind, train, codec, spec, config, epsilon, delta, run):
-    """One DP flow on the training rows, fitted by the synthesis task's own synthesizer (``get_synthesizer``); as many
-    rows as training patients, (raw, decoded) in frame units."""
+    """One DP flow on the training rows, fitted by the synthesis task's own synthesizer (``create_synthesizer``); as
+    many rows as training patients, (raw, decoded) in frame units."""
     seed = 1000 * run + 17
-    job = {"synthesizer": kind, "budget": {"kind": "epsilon", "value": epsilon}}
-    synthesizer = get_synthesizer(kind)
-    plan = synthesizer.plan(config.model_copy(update={"privacy": config.privacy.model_copy(update={"delta": delta})}),
-                            job, len(train))
-    _, _, _, sample, _, _ = synthesizer.fit(train, train, codec.names, spec, config, plan, NoiseSource.secret(), seed,
-                                            torch.device("cpu"), f"{kind}-run{run}")
-    raw = sample(len(train), torch.Generator().manual_seed(seed))
+    job = {"job_id": f"{kind}-run{run}", "synthesizer": kind, "budget": {"kind": "epsilon", "value": epsilon}}
+    config = config.model_copy(update={"privacy": config.privacy.model_copy(update={"delta": delta}), "releases": 1})
+    synthesizer = create_synthesizer(kind, config, "cpu")
+    plan = synthesizer.plan(job, len(train))
+    done = synthesizer.fit(job, SynthesisData(train, train, codec.names, spec, len(train), seed), plan,
+                           NoiseSource.secret())
+    raw = done.tables[0]
     raw = raw[np.isfinite(raw.to_numpy(float)).all(axis=1)].reset_index(drop=True)
     return raw, codec.decode(raw)
 

@@ -29,11 +29,11 @@ import torch  # noqa: E402
 
 from privehr.models.classifiers import build_classifier, classifier_inputs  # noqa: E402
 from privehr.models.device import resolve_device  # noqa: E402
-from privehr.models.dp_nf import DensityHyperparameters, train_density  # noqa: E402
-from privehr.models.dp_sgd import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
-from privehr.models.maf import MAF  # noqa: E402
-from privehr.models.randomness import NoiseSource  # noqa: E402
-from privehr.models.release_plan import ReleasePlan  # noqa: E402
+from privehr.models.nf.dp_nf import DensityHyperparameters, train_density  # noqa: E402
+from privehr.models.dpsgd.trainer import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
+from privehr.models.nf.maf import MAF  # noqa: E402
+from privehr.models.privacy.randomness import NoiseSource  # noqa: E402
+from privehr.models.privacy.release_plan import ReleasePlan  # noqa: E402
 
 
 def _grud_data(n: int, device):
@@ -50,7 +50,7 @@ def _flat(model) -> torch.Tensor:
 
 
 def _dp_sgd_step_seconds(inputs, y, plan, secure: bool, device) -> float:
-    import privehr.models.dp_sgd as dp_sgd
+    import privehr.models.dpsgd.trainer as dp_sgd
 
     model = build_classifier("grud", 104, 24, seed=0, hidden_size=32).to(device)
     original = dp_sgd.make_private_poisson
@@ -72,7 +72,7 @@ def _dp_sgd_step_seconds(inputs, y, plan, secure: bool, device) -> float:
 
 
 def _dp_nf_step_seconds(x, plan, secure: bool, device) -> float:
-    import privehr.models.noisy_step as noisy_step  # the noise of privehr's own DP-SGD steps (ghost clipping)
+    import privehr.models.dpsgd.noisy_step as noisy_step  # the noise of privehr's own DP-SGD steps (ghost clipping)
 
     original = noisy_step.gaussian_noise
     if not secure:

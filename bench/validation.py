@@ -71,7 +71,7 @@ def _static_table(rows: int, seed: int = 0):
 
 
 def _mice(name: str, frame, trace: bool) -> dict:
-    from privehr.models.mice import MICEImputer
+    from privehr.models.data.mice import MICEImputer
 
     t0 = time.perf_counter()
     imputer = MICEImputer(m=5, max_iter=10, seed=0, trace=trace)

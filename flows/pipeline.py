@@ -35,7 +35,7 @@ from privehr.tasks.static_imputation import impute_static_table
 from privehr.tasks.train import fit_and_evaluate, fit_key, search_hyperparameters, trial_key
 from privehr.tasks.validate import validate_delivery
 from privehr.tasks.versioning import pull_inputs, version_run
-from privehr.tasks.methods import grid, seeds_of
+from privehr.models.methods import grid, seeds_of
 
 __all__ = ["pipeline", "on_dask"]
 

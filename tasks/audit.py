@@ -23,13 +23,13 @@ from prefect import task  # noqa: E402
 from prefect.artifacts import create_table_artifact  # noqa: E402
 
 from privehr.models.classifiers import build_classifier, classifier_inputs  # noqa: E402
-from privehr.models.dp_sgd import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
-from privehr.models.randomness import NoiseSource  # noqa: E402
-from privehr.models.release_plan import ReleasePlan  # noqa: E402
-from privehr.models.lira import leave_one_out, logit_confidence, shadow_membership  # noqa: E402
-from privehr.models.privacy_ledger import LedgerEntry  # noqa: E402
-from privehr.models.one_run_audit import audit_scores  # noqa: E402
-from privehr.models.training import TrainingHyperparameters, fit_binary_classifier  # noqa: E402
+from privehr.models.dpsgd.trainer import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
+from privehr.models.privacy.randomness import NoiseSource  # noqa: E402
+from privehr.models.privacy.release_plan import ReleasePlan  # noqa: E402
+from privehr.models.audit.lira import leave_one_out, logit_confidence, shadow_membership  # noqa: E402
+from privehr.models.privacy.ledger import LedgerEntry  # noqa: E402
+from privehr.models.audit.one_run import audit_scores  # noqa: E402
+from privehr.models.classifiers.training import TrainingHyperparameters, fit_binary_classifier  # noqa: E402
 from privehr.core.run_layout import RunLayout  # noqa: E402
 from privehr.core.config import AuditConfig, PipelineConfig  # noqa: E402
 from privehr.core.errors import InputError  # noqa: E402

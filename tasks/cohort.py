@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 from prefect import task
 
-from privehr.models.cohort import select_cohort
-from privehr.models.quarantine import mask_beyond_bounds
+from privehr.models.data.cohort import select_cohort
+from privehr.models.data.quarantine import mask_beyond_bounds
 from privehr.core.run_layout import RunLayout
 from privehr.core.errors import InputError
 from privehr.core.specs import load_mimic_spec

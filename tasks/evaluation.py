@@ -4,12 +4,12 @@ Every fit saves its test-set probabilities under ``intermediate/predictions/`` (
 versioned or served); this module reads them with the test labels and the test stays' demographics
 and returns aggregates only:
 
-* calibration (``models/calibration.py``) of every seed; a cell reports the median over seeds, and the
+* calibration (``models/evaluation/calibration.py``) of every seed; a cell reports the median over seeds, and the
   reliability diagram of its median-AUROC seed;
-* stratified bootstrap intervals (``models/bootstrap.py``) of the cell's median-over-seeds AUROC, AUPRC
+* stratified bootstrap intervals (``models/evaluation/bootstrap.py``) of the cell's median-over-seeds AUROC, AUPRC
   and Brier score: every seed is scored on the same resamples, so the interval covers the test set's
   sampling and the seed spread is reported beside it; the replicates also serve the DP-SGD curve checks;
-* subgroups (``models/subgroups.py``): each group's median AUROC over seeds with its interval (the same
+* subgroups (``models/evaluation/subgroups.py``): each group's median AUROC over seeds with its interval (the same
   resamples, restricted to the group), and the privacy cost (non-private baseline minus DP AUROC) per
   group with a paired interval; a group below the minimum size is "too small", with no number, and no
   group's size is published (it would give a suppressed group's away by subtraction).
@@ -29,11 +29,11 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from privehr.models.bootstrap import (percentile_interval, stratified_counts, weighted_auprc, weighted_auroc,
+from privehr.models.evaluation.bootstrap import (percentile_interval, stratified_counts, weighted_auprc, weighted_auroc,
                               weighted_brier)
-from privehr.models.calibration import calibration
-from privehr.models.cohort import DEMOGRAPHICS, LABELS
-from privehr.models.subgroups import large_enough, subgroups
+from privehr.models.evaluation.calibration import calibration
+from privehr.models.data.cohort import DEMOGRAPHICS, LABELS
+from privehr.models.evaluation.subgroups import large_enough, subgroups
 from privehr.core.run_layout import RunLayout
 from privehr.core.config import Cell, EvaluationConfig
 from privehr.tasks.features import load_split

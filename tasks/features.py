@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 from prefect import task
 
-from privehr.models.cohort import LABELS
-from privehr.models.hourly_features import HourlyFeaturizer
-from privehr.models.patient_split import SPLITS
+from privehr.models.data.cohort import LABELS
+from privehr.models.data.hourly_features import HourlyFeaturizer
+from privehr.models.data.patient_split import SPLITS
 from privehr.core.errors import InputError
 from privehr.core.run_layout import RunLayout
 from privehr.tasks.cohort import load_cohort

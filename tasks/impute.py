@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 from prefect import task
 
-from privehr.models.derived_columns import add_derived
-from privehr.models.mice import MICEImputer
-from privehr.models.patient_split import split_subjects
-from privehr.models.rubins_rules import pool
+from privehr.models.synthesis.derived_columns import add_derived
+from privehr.models.data.mice import MICEImputer
+from privehr.models.data.patient_split import split_subjects
+from privehr.models.inference.rubins_rules import pool
 from privehr.core.config import EHRPrepareConfig
 from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_ehr_spec

@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 from prefect import task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
-from privehr.models.run_summary import summarise_runs  # noqa: E402
+from privehr.models.inference.run_summary import summarise_posteriors  # noqa: E402
 from privehr.core.run_layout import RunLayout  # noqa: E402
 from privehr.core.inference_config import InferenceConfig  # noqa: E402
 from privehr.core.strict_json import strict_dumps  # noqa: E402
@@ -46,7 +46,7 @@ def _column_key(result: dict) -> str:
 
 
 def inference_columns(paths: list[str]) -> dict[str, dict]:
-    """Column key -> {runs: summarise_runs(...), privacy, guarantee, seconds, results}; the exact one as is."""
+    """Column key -> {runs: summarise_posteriors(...), privacy, guarantee, seconds, results}; the exact one as is."""
     grouped: dict[str, list[dict]] = {}
     for path in paths:
         result = json.loads(Path(path).read_text())
@@ -58,7 +58,7 @@ def inference_columns(paths: list[str]) -> dict[str, dict]:
         column = {"route": first["route"], "loss": first.get("loss"), "mu": first.get("mu"),
                   "guarantee": sorted({r["guarantee"] for r in results}),
                   "seconds": sum(r["seconds"] for r in results), "keys": [r["key"] for r in results],
-                  "runs": summarise_runs([r["summary"] for r in results])}
+                  "runs": summarise_posteriors([r["summary"] for r in results])}
         if first.get("plan"):
             plan = first["plan"]
             column["privacy"] = {k: plan[k] for k in ("mu", "noise_multiplier", "sample_rate", "steps",

@@ -18,13 +18,13 @@ import torch
 from prefect import task
 
 from privehr.models.device import resolve_device
-from privehr.models.dp_vi import VIHyperparameters
-from privehr.models.likelihood import Likelihood, get_likelihood
-from privehr.models.posterior_reference import reference_posterior
-from privehr.models.privacy_ledger import LedgerEntry, dataset_id_of
-from privehr.models.private_inference import FlowShape, private_posterior, synthetic_posterior
-from privehr.models.randomness import NoiseSource, public_seed
-from privehr.models.release_plan import ReleasePlan, rate_batch
+from privehr.models.inference.dp_vi import VIHyperparameters
+from privehr.models.inference.likelihood import Likelihood, get_likelihood
+from privehr.models.inference.posterior_reference import reference_posterior
+from privehr.models.privacy.ledger import LedgerEntry, dataset_id_of
+from privehr.models.inference.routes import FlowShape, private_posterior, synthetic_posterior
+from privehr.models.privacy.randomness import NoiseSource, public_seed
+from privehr.models.privacy.release_plan import ReleasePlan, Reserved, rate_batch
 from privehr.core.run_layout import RunLayout  # noqa: E402
 from privehr.core.config import DPNFConfig
 from privehr.core.errors import InputError
@@ -34,7 +34,7 @@ from privehr.tasks.compute import share_cores
 from privehr.io.privacy_ledger import Ledger, record_release
 from privehr.tasks.release_budget import check_delta, reserve_planned
 from privehr.tasks.run_logging import run_logger
-from privehr.tasks.synthesizers.flows import density_hyperparameters
+from privehr.models.synthesis.flow_synthesizers import density_hyperparameters
 
 __all__ = ["inference_likelihood", "prepare_records", "check_inference_budget", "exact_posterior", "fit_posterior",
            "vi_hyperparameters", "mu_plan", "EXACT_KEY",
@@ -134,27 +134,42 @@ def mu_plan(settings: VIConfig | DPNFConfig, n: int, mu: float, delta: float) ->
                               max_grad_norm=settings.max_grad_norm)
 
 
-def _planned_entry(job: dict, config: InferenceConfig, n: int, kind: str) -> LedgerEntry:
+_WHAT = {"nf_vi": "NF-VI posterior", "dp_nf_vi": "DP-NF-VI posterior",
+         "synthetic": "DP-NF of the records (VI on synthetic data)"}
+
+
+def _job_plan(job: dict, config: InferenceConfig, n: int) -> ReleasePlan | None:
+    """The plan of a job's release (None: the non-private NF-VI)."""
     if job["route"] == "nf_vi":
-        return LedgerEntry("", "", "non_private", what="NF-VI posterior")
-    if job["route"] == "dp_nf_vi":
-        return mu_plan(config.vi, n, job["mu"], config.privacy.delta).ledger_entry(kind, "DP-NF-VI posterior")
-    return mu_plan(config.synthetic.density, n, job["mu"], config.privacy.delta).ledger_entry(
-        kind, "DP-NF of the records (VI on synthetic data)")
+        return None
+    settings = config.vi if job["route"] == "dp_nf_vi" else config.synthetic.density
+    return mu_plan(settings, n, job["mu"], config.privacy.delta)
+
+
+def _entry(job: dict, plan: ReleasePlan | None, guarantee: str) -> LedgerEntry:
+    what = _WHAT.get(job["route"], _WHAT["synthetic"])
+    return LedgerEntry("", "", "non_private", what=what) if plan is None else plan.ledger_entry(guarantee, what)
 
 
 @task(name="check-inference-budget")
-def check_inference_budget(run_dir: str, config: InferenceConfig, n: int) -> dict[str, str]:
-    """Reserve every posterior release of the run before any is fitted; raise if the budget would be exceeded."""
+def check_inference_budget(run_dir: str, config: InferenceConfig, n: int) -> dict[str, Reserved]:
+    """Plan and reserve every posterior release of the run before any is fitted (each plan built once, and handed
+    to the fit that trains by it); raise if the budget would be exceeded."""
     check_delta(config.privacy.delta, n)
     kind = "reproducible" if config.privacy.reproducible_noise else "dp"
-    planned: dict[str, LedgerEntry] = {}
+    planned: dict[str, tuple[LedgerEntry, ReleasePlan | None]] = {}
+    plans: dict[tuple, ReleasePlan | None] = {}  # the runs of a (route, mu) share one plan
     if config.non_private and not (config.resume and result_path(run_dir, EXACT_KEY).exists()):
-        planned[EXACT_KEY] = LedgerEntry("", "", "non_private", what="exact posterior")
+        planned[EXACT_KEY] = (LedgerEntry("", "", "non_private", what="exact posterior"), None)
     for job in config.jobs():
         if not (config.resume and result_path(run_dir, job["job_id"]).exists()):
-            planned[job["job_id"]] = _planned_entry(job, config, n, kind)
-    return reserve_planned(run_dir, inference_dataset_id(config, n), config, planned, "posterior release(s)")
+            key = (job["route"], job.get("mu"))
+            if key not in plans:
+                plans[key] = _job_plan(job, config, n)
+            planned[job["job_id"]] = (_entry(job, plans[key], kind), plans[key])
+    reservations = reserve_planned(run_dir, inference_dataset_id(config, n), config,
+                                   {k: e for k, (e, _) in planned.items()}, "posterior release(s)")
+    return {k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}
 
 
 def _write(run_dir: str, key: str, result: dict, draws: torch.Tensor) -> str:
@@ -167,21 +182,22 @@ def _write(run_dir: str, key: str, result: dict, draws: torch.Tensor) -> str:
 
 
 @task(name="exact-posterior")
-def exact_posterior(run_dir: str, config: InferenceConfig, reservation: str | None) -> str | None:
+def exact_posterior(run_dir: str, config: InferenceConfig, reserved: Reserved | None) -> str | None:
     """The exact posterior by importance sampling (the paper's "original nonlinear model" column); not DP."""
     if not config.non_private:
         return None
     path = result_path(run_dir, EXACT_KEY)
     if config.resume and path.exists():
         return str(path)
-    if reservation is None:
+    if reserved is None:
         raise RuntimeError("exact posterior: no reservation from the budget check")
     share_cores()
     start = time.perf_counter()
     likelihood = inference_likelihood(config)
     records = _records(run_dir, torch.device("cpu")).double()
     reference = reference_posterior(likelihood, records, draws=config.reference_draws)
-    record_release(config.privacy.ledger_path, reservation, LedgerEntry("", "", "non_private", what="exact posterior"))
+    record_release(config.privacy.ledger_path, reserved.reservation,
+                   LedgerEntry("", "", "non_private", what="exact posterior"))
     if not reference.reliable:
         run_logger().warning("exact posterior: importance sampling kept an effective sample of %.0f of %d draws; "
                              "its moments are unreliable", reference.effective_sample_size, reference.draws)
@@ -202,42 +218,39 @@ def _resample_reference(likelihood: Likelihood, reference, generator: torch.Gene
 
 
 @task(name="fit-posterior")
-def fit_posterior(run_dir: str, job: dict, config: InferenceConfig, reservation: str | None,
+def fit_posterior(run_dir: str, job: dict, config: InferenceConfig, reserved: Reserved | None,
                   device: str = "auto") -> str:
-    """One posterior: non-private NF-VI, DP-NF-VI at (loss, mu), or VI on DP synthetic data at mu."""
+    """One posterior: non-private NF-VI, DP-NF-VI at (loss, mu), or VI on DP synthetic data at mu, trained by the
+    plan the budget check reserved."""
     path = result_path(run_dir, job["job_id"])
     if config.resume and path.exists():
         run_logger().info("posterior %s: done by an earlier attempt of this run", job["job_id"])
         return str(path)
-    if reservation is None:
+    if reserved is None:
         raise RuntimeError(f"posterior {job['job_id']}: no reservation from the budget check")
     share_cores()
     start = time.perf_counter()
     likelihood = inference_likelihood(config)
     records = _records(run_dir, resolve_device(device))
-    n, seed, delta = len(records), public_seed(job["job_id"]), config.privacy.delta
+    n, seed = len(records), public_seed(job["job_id"])
     shape = FlowShape(config.vi.blocks, config.vi.hidden_size, config.vi.hidden_layers)
     noise = NoiseSource.for_release(config.privacy.reproducible_noise, job["job_id"])
     tau = config.temperature if job["loss"] == "tempered" else 1.0
+    plan = reserved.plan
     if job["route"] == "nf_vi":
-        plan = None
         fit = private_posterior(likelihood, records, vi_hyperparameters(config.vi, n, seed=seed), shape, None,
                                 seed=seed, summary_draws=config.summary_draws)
-        entry = LedgerEntry("", "", "non_private", what="NF-VI posterior")
     elif job["route"] == "dp_nf_vi":
-        plan = mu_plan(config.vi, n, job["mu"], delta)
         fit = private_posterior(likelihood, records, vi_hyperparameters(config.vi, n, tau, seed), shape, plan, noise,
                                 seed=seed, summary_draws=config.summary_draws)
-        entry = plan.ledger_entry(noise.guarantee, "DP-NF-VI posterior")
     else:
         density = config.synthetic.density
-        plan = mu_plan(density, n, job["mu"], delta)
         fit = synthetic_posterior(likelihood, records, density_hyperparameters(density, n, seed),
                                   FlowShape(density.blocks, density.hidden_size, density.hidden_layers), plan,
                                   vi_hyperparameters(config.vi, n, seed=seed), shape, config.synthetic.datasets, n,
                                   noise, seed=seed, summary_draws=config.summary_draws)
-        entry = plan.ledger_entry(noise.guarantee, "DP-NF of the records (VI on synthetic data)")
-    record_release(config.privacy.ledger_path, reservation, entry)  # at once: a later failure loses no entry
+    entry = _entry(job, plan, noise.guarantee)
+    record_release(config.privacy.ledger_path, reserved.reservation, entry)  # at once: a later failure loses none
     guarantee = "non-private" if plan is None else noise.label
     result = {"key": job["job_id"], **job, "temperature": tau, "guarantee": guarantee,
               "plan": None if plan is None else plan.record(), "summary": fit.summary,

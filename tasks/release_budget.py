@@ -13,24 +13,24 @@ trained. A refusal raises before anything is reserved or trained.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import replace
 
 from prefect import task
 
-from privehr.models.privacy_ledger import GUARANTEES, LedgerEntry, dataset_id_of
+from privehr.models.privacy.ledger import GUARANTEES, LedgerEntry, dataset_id_of
 from privehr.core.run_layout import RunLayout
 from privehr.core.config import Cell, PipelineConfig, SynthesisConfig
 from privehr.core.errors import InputError
 from privehr.core.specs import load_ehr_spec
 from privehr.core.strict_json import strict_dumps
 from privehr.io.privacy_ledger import BudgetExceeded, Ledger, reserve
-from privehr.tasks.run_directory import ledger_run
+from privehr.tasks.run_directory import ledger_run, read_summary
 from privehr.tasks.run_logging import run_logger
 from privehr.io.mimic_extract import read_patients
-from privehr.tasks.synthesis import COUNT_KEY, imputed_tables, needs_noisy_count, planned_entry
-from privehr.tasks.methods import get_method
+from privehr.tasks.synthesis import COUNT_KEY, imputed_tables, needs_noisy_count, synthesizer_of
+from privehr.models.methods import FitSpec, create_method
+from privehr.models.privacy.release_plan import ReleasePlan, Reserved
 from privehr.tasks.train import fit_key, saved_fit, saved_search, search_configurations, trial_key
 
 __all__ = ["check_privacy_budget", "check_synthesis_budget", "pipeline_dataset_id", "synthesis_dataset_id",
@@ -93,51 +93,78 @@ def check_delta(delta: float, records: int) -> None:
                          "release could expose a record outright; choose a much smaller delta (1e-5 or less is usual)")
 
 
-@task(name="check-privacy-budget")
-def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig) -> dict[str, str]:
-    """Reserve every release of the grid (search trials included); raise if the budget would be exceeded.
+def _plan(plans: dict, method, spec: FitSpec, n: int) -> ReleasePlan | None:
+    """The plan of ``spec`` on ``n`` records, built here once for every release with the same plan inputs (cells
+    that differ only in their label or loss, the seeds of a cell): a calibration of sigma costs seconds."""
+    cell = spec.cell
+    key = strict_dumps([cell.method, cell.model, cell.target_epsilon, spec.hyperparameters, n], sort_keys=True)
+    if key not in plans:
+        plans[key] = method.plan(spec, n)
+    return plans[key]
 
-    Returns reservation ids by :func:`privehr.tasks.train.fit_key` / :func:`privehr.tasks.train.trial_key`."""
+
+@task(name="check-privacy-budget")
+def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig) -> dict[str, Reserved]:
+    """Plan and reserve every release of the grid (search trials included); raise if the budget would be exceeded.
+
+    Each plan is built here, once per release, and handed to the fit that trains by it: returns the reserved
+    releases by :func:`privehr.tasks.train.fit_key` / :func:`privehr.tasks.train.trial_key`."""
     training, privacy = config.training, config.privacy
-    counts = json.loads(RunLayout(run_dir).split_summary.read_text())["counts"]
-    n_train, n_fit = counts["train"]["stays"], counts["train"]["stays"] + counts["dev"]["stays"]
+    split = read_summary(run_dir, "split_summary")
+    n_train, n_fit = split.stays("train"), split.stays("train", "dev")
     check_delta(privacy.delta, n_train)
-    planned: dict[str, LedgerEntry] = {}
+    planned: dict[str, tuple[LedgerEntry, ReleasePlan | None]] = {}
+    plans: dict[str, ReleasePlan | None] = {}
     for cell in cells:
-        method = get_method(cell.method)
+        method = create_method(cell.method, training, privacy)
         chosen = saved_search(run_dir, cell, training) if config.resume else None
-        defaults = method.default_hyperparameters(cell, training)
-        if chosen is None and method.reserves_search_trials(training):
-            trial = method.planned_entry(cell, n_train, defaults, privacy, training, "search trial")
+        defaults = method.default_hyperparameters(cell)
+        if chosen is None and method.reserves_search_trials():
+            # the search draws no plan parameter: every trial of a cell has the same plan, built once
+            trial = FitSpec(cell, defaults, training.search_seed, "search trial")
+            plan = _plan(plans, method, trial, n_train)
             for k in range(len(search_configurations(cell, training))):
-                planned[trial_key(cell, k)] = replace(trial, what=f"search trial {k}")
-        # a DP-SGD plan does not depend on the search (it searches no plan parameter): one entry per cell
-        final = method.planned_entry(cell, n_fit, chosen or defaults, privacy, training, "final fit")
-        for seed in range(method.seeds(training)):
+                planned[trial_key(cell, k)] = (replace(method.entry(trial, plan), what=f"search trial {k}"), plan)
+        final = FitSpec(cell, chosen or defaults)
+        plan = _plan(plans, method, final, n_fit)  # the seeds of a cell share one plan (equal data and settings)
+        entry = method.entry(final, plan)
+        for seed in range(method.seeds()):
             if chosen is not None and saved_fit(run_dir, cell, chosen, seed, training) is not None:
                 continue  # finished by an earlier attempt: already in the ledger
-            planned[fit_key(cell, seed)] = final
+            planned[fit_key(cell, seed)] = (entry, plan)
     try:
-        return reserve_planned(run_dir, pipeline_dataset_id(config), config, planned, "grid release(s)")
+        reservations = reserve_planned(run_dir, pipeline_dataset_id(config), config,
+                                       {k: e for k, (e, _) in planned.items()}, "grid release(s)")
     except BudgetExceeded as refused:
         if config.synthesis is None:
             raise
         raise BudgetExceeded(f"{refused} (This run's DP-NF synthesis of the EHR table ran before this check; its "
                              "releases are recorded under that table's dataset.)", refused.verdict) from None
+    return {k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}
 
 
 @task(name="check-synthesis-budget")
-def check_synthesis_budget(run_dir: str, config: SynthesisConfig) -> dict[str, str]:
-    """Reserve this run's DP-NF flows (and its non-private one) before any is trained; raise if over budget."""
+def check_synthesis_budget(run_dir: str, config: SynthesisConfig) -> dict[str, Reserved]:
+    """Plan and reserve this run's releases (flows, baselines, the noisy count) before any is trained; raise if over
+    budget. Each flow's plan is built here, once, and handed to the fit that trains by it."""
     run = RunLayout(run_dir)
-    n = json.loads(run.imputation.read_text())["patients"]["train"]
+    n = read_summary(run_dir, "imputation").patients["train"]
     check_delta(config.privacy.delta, n)
     kind = "reproducible" if config.privacy.reproducible_noise else "dp"
-    planned = {}
+    planned: dict[str, tuple[LedgerEntry, ReleasePlan | None]] = {}
+    plans: dict[str, ReleasePlan | None] = {}  # one plan per (synthesizer, budget): the imputations and runs share it
     for job in config.jobs():
         if config.resume and run.release(job["job_id"]).exists():
             continue  # finished by an earlier attempt: already in the ledger
-        planned[job["job_id"]] = planned_entry(config, job, n, kind)
+        synthesizer = synthesizer_of(config, job)
+        key = strict_dumps([synthesizer.name, job["budget"]], sort_keys=True)
+        if key not in plans:
+            plans[key] = synthesizer.plan(job, n)
+        plan = plans[key]
+        planned[job["job_id"]] = (synthesizer.entry(job, plan, kind), plan)
     if needs_noisy_count(config, load_ehr_spec(config.spec)) and not run.released_count.exists():
-        planned[COUNT_KEY] = LedgerEntry("", "", "dp", config.count_epsilon, guarantee=kind, what="patient count")
-    return reserve_planned(run_dir, synthesis_dataset_id(run_dir, config), config, planned, "synthesis release(s)")
+        planned[COUNT_KEY] = (LedgerEntry("", "", "dp", config.count_epsilon, guarantee=kind, what="patient count"),
+                              None)
+    reservations = reserve_planned(run_dir, synthesis_dataset_id(run_dir, config), config,
+                                   {k: e for k, (e, _) in planned.items()}, "synthesis release(s)")
+    return {k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}

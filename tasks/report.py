@@ -11,9 +11,9 @@ import pandas as pd
 from prefect import task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
-from privehr.models.dp_utility_checks import check_dp_sgd_curves
-from privehr.models.result_summary import summarise_runs
-from privehr.models.privacy_ledger import compose_entries
+from privehr.models.evaluation.dp_utility_checks import check_dp_sgd_curves
+from privehr.models.evaluation.grid_summary import summarise_grid
+from privehr.models.privacy.ledger import compose_entries
 from privehr.core.records import FitRow
 from privehr.core.run_layout import RunLayout
 from privehr.core.config import Cell, EvaluationConfig, PagesConfig, PrivacyConfig
@@ -235,7 +235,7 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
     runs = [FitRow.model_validate(r).model_dump(exclude_unset=True) for r in runs]  # typed rows, as written
     frame = pd.DataFrame(runs)
     frame.to_csv(run.results_runs, index=False)
-    summary = summarise_runs(frame)
+    summary = summarise_grid(frame)
     summary.to_csv(run.results, index=False)
     figure = plot_auroc_vs_epsilon(summary, run.figure("auroc_vs_epsilon"))
     boxplots = plot_expm_boxplots(_expm_draws(run_dir, runs), run.figure("expm_nf_auroc_boxplots"))

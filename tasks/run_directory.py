@@ -10,12 +10,14 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from functools import lru_cache
 from importlib.metadata import version
 from pathlib import Path
 
 from prefect import task
 from pydantic import BaseModel
 
+from privehr.core.records import RUN_RECORDS
 from privehr.core.run_layout import RunLayout  # noqa: E402
 from privehr.core.config import PipelineConfig
 from privehr.core.errors import InputError
@@ -114,3 +116,17 @@ def run_lock(run_dir: str | Path) -> Iterator[None]:
     finally:
         fcntl.flock(fh, fcntl.LOCK_UN)
         fh.close()
+
+
+def read_summary(run_dir: str | Path, name: str):
+    """The run-directory summary ``name`` (``ingest``, ``split_summary``, ``imputation``, ``released_count``) as its
+    typed record (:data:`privehr.core.records.RUN_RECORDS`), read from disk once per version of the file: a grid's
+    hundreds of tasks ask for the same few summaries."""
+    path = getattr(RunLayout(run_dir), name)
+    stat = path.stat()
+    return _read(str(path), name, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=64)
+def _read(path: str, name: str, mtime_ns: int, size: int):
+    return RUN_RECORDS[name].model_validate_json(Path(path).read_text())

@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 from prefect import task
 
-from privehr.models.cohort import LABELS
-from privehr.models.patient_split import SPLITS, split_subjects
+from privehr.models.data.cohort import LABELS
+from privehr.models.data.patient_split import SPLITS, split_subjects
 from privehr.core.run_layout import RunLayout
 from privehr.core.config import SplitConfig
 from privehr.core.errors import InputError

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 from prefect import task
 
-from privehr.models.mice import MICEImputer
-from privehr.models.static_table import static_table
+from privehr.models.data.mice import MICEImputer
+from privehr.models.data.static_table import static_table
 from privehr.core.config import StaticImputationConfig
 from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_mimic_spec

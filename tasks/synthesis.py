@@ -1,5 +1,5 @@
 """Synthesis: one release per (synthesizer, imputation, budget, run), fitted on that imputation's training
-patients by the synthesizer of :mod:`privehr.tasks.synthesizers` (DP-NF, DP-HFlow, AIM, MST), and its synthetic
+patients by the synthesizer of :mod:`privehr.models.synthesis` (DP-NF, DP-HFlow, AIM, MST), and its synthetic
 tables in original units, raw and decoded to the spec's types and bounds.
 
 Layout in the run directory (``job`` = ``imp<i>-<budget>-run<r>``):
@@ -22,38 +22,40 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 from prefect import task
 
 from privehr.core.config import Budget, SynthesisConfig
 from privehr.core.errors import InputError
+from privehr.core.records import ImputationSummary
 from privehr.core.run_layout import RunLayout
 from privehr.core.specs import check_targets, load_ehr_spec
 from privehr.core.strict_json import strict_dumps
 from privehr.io.privacy_ledger import record_release
-from privehr.models.column_codec import TableCodec
-from privehr.models.derived_columns import add_derived
-from privehr.models.marginal_synthesis import marginal_available
-from privehr.models.noisy_count import noisy_count
-from privehr.models.privacy_ledger import GUARANTEES, LedgerEntry
-from privehr.models.randomness import NoiseSource, public_seed
-from privehr.models.release_plan import ReleasePlan
+from privehr.models.synthesis.codec import TableCodec
+from privehr.models.synthesis.derived_columns import add_derived
+from privehr.models.synthesis.marginal import marginal_available
+from privehr.models.privacy.noisy_count import noisy_count
+from privehr.models.privacy.ledger import GUARANTEES, LedgerEntry
+from privehr.models.privacy.randomness import NoiseSource, public_seed
+from privehr.models.privacy.release_plan import Reserved
+from privehr.models.synthesis import SynthesisData, SynthesisMethod, create_synthesizer
 from privehr.tasks.compute import share_cores
+from privehr.tasks.progress import progress_artifact
+from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
-from privehr.tasks.synthesizers import SynthesisJob, get_synthesizer
 
 __all__ = ["synthesize", "imputed_tables", "release_patient_count", "synthetic_rows", "COUNT_KEY",
-           "needs_noisy_count", "check_synthesis_inputs", "job_plan", "planned_entry"]
+           "needs_noisy_count", "check_synthesis_inputs", "synthesizer_of"]
 
 COUNT_KEY = "patient-count"  # the reservation of the noisy patient count
 
 
-def imputed_tables(run_dir: str | Path, imputation: int) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+def imputed_tables(run_dir: str | Path, imputation: int) -> tuple[pd.DataFrame, pd.DataFrame, ImputationSummary]:
     """(train, test, imputation summary) of one MICE dataset of an ``impute`` task's run directory."""
-    run = RunLayout(run_dir)
-    summary = json.loads(run.imputation.read_text())
-    folder = run.imputed
+    folder = RunLayout(run_dir).imputed
     read = lambda part: pd.read_csv(folder / f"{part}_{imputation}.csv", index_col=0)  # noqa: E731
-    return read("train"), read("test"), summary
+    return read("train"), read("test"), read_summary(run_dir, "imputation")
 
 
 def _seed(job: dict) -> int:
@@ -67,28 +69,28 @@ def needs_noisy_count(config: SynthesisConfig, spec) -> bool:
     return config.rows is None and not spec.public_patient_count
 
 
-def synthetic_rows(run_dir: str | Path, config: SynthesisConfig, spec, summary: dict) -> int:
+def synthetic_rows(run_dir: str | Path, config: SynthesisConfig, spec, summary: ImputationSummary) -> int:
     """Rows per synthetic table: ``rows``, else the delivery's patient count if the spec declares it public (the
     records delivered: the count after quarantine depends on private values), else the released noisy count."""
     if config.rows is not None:
         return config.rows
     if spec.public_patient_count:
-        return summary["decisions"]["records_read"]
-    return json.loads(RunLayout(run_dir).released_count.read_text())["count"]
+        return summary.decisions["records_read"]
+    return read_summary(run_dir, "released_count").count
 
 
 @task(name="release-patient-count")
-def release_patient_count(run_dir: str, config: SynthesisConfig, reservation: str | None) -> int | None:
+def release_patient_count(run_dir: str, config: SynthesisConfig, reserved: Reserved | None) -> int | None:
     """Release the table's patient count with epsilon-DP noise (two-sided geometric) when the tables need it."""
     spec = load_ehr_spec(config.spec)
     out = RunLayout(run_dir).released_count
     if not needs_noisy_count(config, spec) or out.exists():
         return None
-    summary = json.loads(RunLayout(run_dir).imputation.read_text())
+    summary = read_summary(run_dir, "imputation")
     noise = NoiseSource.for_release(config.privacy.reproducible_noise, COUNT_KEY)
-    count = noisy_count(summary["patients"]["train"] + summary["patients"]["test"], config.count_epsilon,
+    count = noisy_count(summary.patients["train"] + summary.patients["test"], config.count_epsilon,
                         noise.numpy_generator("count"))
-    record_release(config.privacy.ledger_path, reservation, LedgerEntry(
+    record_release(config.privacy.ledger_path, reserved.reservation, LedgerEntry(
         "", "", "dp", config.count_epsilon, guarantee=noise.guarantee, what="patient count"))
     out.write_text(json.dumps({"count": count, "epsilon": config.count_epsilon, "mechanism": "two-sided geometric",
                                "guarantee": noise.label}))
@@ -101,13 +103,13 @@ def check_synthesis_inputs(config: SynthesisConfig) -> None:
     lacks, a column a synthesizer cannot scale or bin (no bounds), a baseline whose library is missing."""
     spec = load_ehr_spec(config.spec)
     check_targets(spec, *config.targets(spec))
-    needs_bounds = [s for s in config.synthesizers if get_synthesizer(s).needs_bounds(config)]
+    needs_bounds = [s for s in config.synthesizers if create_synthesizer(s, config).needs_bounds()]
     if needs_bounds:
         try:
             TableCodec.from_spec(spec, list(spec.bounds()))
         except ValueError as err:
             raise InputError(f"{spec.name}: {err} (needed by {', '.join(needs_bounds)})") from None
-    marginal = [s for s in config.synthesizers if get_synthesizer(s).needs_baselines]
+    marginal = [s for s in config.synthesizers if create_synthesizer(s, config).needs_baselines]
     if marginal and not marginal_available():
         raise InputError(f"the baselines {', '.join(marginal)} need private-pgm (mbi >= 2): pip install "
                          "'privehr[baselines]', or leave them out of synthesizers")
@@ -120,42 +122,42 @@ def _decoded_tables(raw: pd.DataFrame, codec: TableCodec) -> tuple[pd.DataFrame,
     return raw, codec.labels(codec.decode(raw)), int((~finite).sum())
 
 
-def job_plan(config: SynthesisConfig, job: dict, n: int) -> ReleasePlan | None:
-    """The DP-SGD plan of a flow job on ``n`` patients (None: non-private, or not a flow), known before training."""
-    return get_synthesizer(job.get("synthesizer", "maf")).plan(config, job, n)
-
-
-def planned_entry(config: SynthesisConfig, job: dict, n: int, guarantee: str) -> LedgerEntry:
-    """What the job will enter in the ledger (reserved by the budget check, recorded when trained)."""
-    return get_synthesizer(job.get("synthesizer", "maf")).planned_entry(config, job, n, guarantee)
+def synthesizer_of(config: SynthesisConfig, job: dict, device: str = "cpu") -> SynthesisMethod:
+    """The job's synthesizer, configured by the run's settings."""
+    return create_synthesizer(job.get("synthesizer", "maf"), config, device, progress_artifact)
 
 
 @task(name="synthesize")
-def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: str | None,
+def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reserved: Reserved | None,
                device: str = "auto") -> str:
-    """Fit one synthesizer (a flow, or a marginal baseline), record it in the privacy ledger under ``reservation``,
-    sample ``config.releases`` synthetic tables; return the release record's path."""
+    """Fit one synthesizer (a flow, or a marginal baseline) by the plan the budget check reserved, record it in the
+    privacy ledger under that reservation, sample ``config.releases`` synthetic tables; return the release
+    record's path."""
     run = RunLayout(run_dir)
     path = run.release(job["job_id"])
     if config.resume and path.exists():  # written last: the model and its tables are complete (and recorded)
         run_logger().info("synthesize %s: done by an earlier attempt of this run", job["job_id"])
         return str(path)
-    if reservation is None:
+    if reserved is None:
         raise RuntimeError(f"synthesize {job['job_id']}: no reservation from the budget check")
     share_cores()
     spec = load_ehr_spec(config.spec)
     train, test, summary = imputed_tables(run_dir, job["imputation"])
-    attributes = summary["attributes"]
+    attributes = summary.attributes
     synthesizer = job.get("synthesizer", "maf")
-    method = get_synthesizer(synthesizer)
+    method = synthesizer_of(config, job, device)
     budget = Budget(**job["budget"])
-    codec = TableCodec.from_spec(spec, attributes) if method.needs_bounds(config) else None
-    rows = synthetic_rows(run_dir, config, spec, summary)
-    done = method.synthesize(SynthesisJob(
-        job=job, config=config, spec=spec, train=train, test=test, attributes=attributes, rows=rows,
-        seed=_seed(job), codec=codec, flows_dir=run.flows,
-        noise=NoiseSource.for_release(config.privacy.reproducible_noise, job["job_id"]), device=device,
-        record=lambda entry: record_release(config.privacy.ledger_path, reservation, entry)))
+    codec = TableCodec.from_spec(spec, attributes) if method.needs_bounds() else None
+    data = SynthesisData(train, test, attributes, spec, synthetic_rows(run_dir, config, spec, summary), _seed(job))
+    done = method.fit(job, data, reserved.plan,
+                      NoiseSource.for_release(config.privacy.reproducible_noise, job["job_id"]))
+    record_release(config.privacy.ledger_path, reserved.reservation, done.entry)  # at once: before anything is saved
+    if done.state_:  # the flow and its loss curve (a statistic of private batches): with the patient-level files
+        run.flows.mkdir(parents=True, exist_ok=True)
+        torch.save(done.state_["flow"], run.flows / f"{job['job_id']}.pt")
+        (run.flows / f"{job['job_id']}.history.json").write_text(json.dumps(done.state_["history"]))
+        done.extra["flow"] = str(run.flows / f"{job['job_id']}.pt")
+    rows = data.rows
     guarantee, scaling_record, release_dict = done.guarantee, done.scaling, done.release
     if spec.drafted_from_data:  # the bounds and categories were read from the patients: the scaling is private
         scaling_record = {**scaling_record, "inside_guarantee": False, "drafted_from_data": True}
@@ -173,7 +175,7 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: st
             files.append({"release": k, "truncated": name.endswith("-truncated.csv"), "path": str(out_dir / name)})
     record = {"job": job, "synthesizer": synthesizer, "budget_label": budget.label, **release_dict,
               "guarantee": GUARANTEES[guarantee],
-              **({"patients_delivered": summary["decisions"]["records_read"]} if spec.public_patient_count else {}),
+              **({"patients_delivered": summary.decisions["records_read"]} if spec.public_patient_count else {}),
               "rows_per_table": rows, "test_log_likelihood": done.held_out,
               "nonfinite_rows_dropped": nonfinite, "scaling": scaling_record, "releasable": releasable, "files": files,
               **done.extra, "model": done.model}

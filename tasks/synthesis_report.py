@@ -22,7 +22,8 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_ehr_spec
-from privehr.models.column_codec import TableCodec
+from privehr.core.records import ImputationSummary
+from privehr.models.synthesis.codec import TableCodec
 from privehr.io.figures import marginal_histograms, plot_synthesis_utility
 from privehr.tasks.run_logging import in_prefect_run, run_logger
 from privehr.tasks.synthesis import imputed_tables
@@ -168,9 +169,9 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
                    "aggregates computed on real patients without noise). All releases of one table compose: the "
                    "privacy ledger holds the total. The non-private (inf) tables are comparisons only and "
                    "stay under intermediate/, as do the real-vs-synthetic marginal figures.")
-    patients = f"{summary['decisions']['records_read']} patients delivered, " if public_count else ""
+    patients = f"{summary.decisions['records_read']} patients delivered, " if public_count else ""
     markdown = "\n\n".join([
-        f"# Synthesis: {summary['spec']} ({patients}{len(summary['attributes'])} attributes, m = {summary['m']}; "
+        f"# Synthesis: {summary.spec} ({patients}{len(summary.attributes)} attributes, m = {summary.m}; "
         f"{', '.join(SYNTHESIZER_NAMES[s] for s in synthesizers)})",
         f"{len(releases)} releases, {len(results)} synthetic tables (raw, and decoded to the spec: categories, "
         "integers, bounds). Utility inputs leave out " + (", ".join(excluded) if excluded else "no column") + ".",
@@ -206,13 +207,14 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
 SYNTHESIZER_NAMES = {"maf": "DP-NF (MAF)", "hflow": "DP-HFlow", "aim": "AIM", "mst": "MST"}
 
 
-def _marginal_figures(run_dir: Path, results: pd.DataFrame, train: pd.DataFrame, summary: dict, spec) -> list[Path]:
+def _marginal_figures(run_dir: Path, results: pd.DataFrame, train: pd.DataFrame, summary: ImputationSummary,
+                      spec) -> list[Path]:
     """Real (training) vs each synthesizer's first decoded table at its loosest DP budget, under intermediate/ (the
     real histograms are patient-level detail)."""
     dp_tables = results[(results["imputation"] == 0) & results["truncated"] & results["mechanism"].ne("non_private")]
     if dp_tables.empty:
         return []
-    attributes = summary["attributes"]
+    attributes = summary.attributes
     codec = TableCodec.from_spec(spec, attributes, require_bounds=False)
     synthetic, shown = {}, set()
     for label in _budget_order(dp_tables["budget_label"]):  # each synthesizer's loosest DP budget

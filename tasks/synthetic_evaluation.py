@@ -14,8 +14,8 @@ For the tables of imputation i, against imputation i's real patients (Only aggre
   the classification and regression targets. The train-on-real baseline fits the same models on the real
   training patients;
 * fidelity to the real *training* patients: per-column KS / Wasserstein and Kendall-tau RMSE, detection AUROC
-  and DCR (:mod:`privehr.models.fidelity`, the holdout being the test patients), and the mixed-type view of
-  Lee et al. 2022 (:mod:`privehr.models.mixed_fidelity`): TV distance of discrete columns, Kendall-tau RMSE and
+  and DCR (:mod:`privehr.models.evaluation.fidelity`, the holdout being the test patients), and the mixed-type view of
+  Lee et al. 2022 (:mod:`privehr.models.evaluation.mixed_fidelity`): TV distance of discrete columns, Kendall-tau RMSE and
   MAE, and the share of synthetic values that are no valid value of their column (a binary column emitted as 0.37).
 
 A table decoded to the spec (``-truncated.csv``: categories as the spec names them) is read back into codes.
@@ -30,11 +30,11 @@ import numpy as np
 import pandas as pd
 from prefect import task
 
-from privehr.models.column_codec import TableCodec
-from privehr.models.fidelity import fidelity_summary
-from privehr.models.mixed_fidelity import mixed_fidelity_summary
-from privehr.models.synthetic_utility import random_forest_mse, svm_accuracy
-from privehr.models.tstr_panel import tstr, tstr_summary
+from privehr.models.synthesis.codec import TableCodec
+from privehr.models.evaluation.fidelity import fidelity_summary
+from privehr.models.evaluation.mixed_fidelity import mixed_fidelity_summary
+from privehr.models.evaluation.synthetic_utility import random_forest_mse, svm_accuracy
+from privehr.models.evaluation.tstr_panel import tstr, tstr_summary
 from privehr.core.run_layout import RunLayout
 from privehr.core.config import SynthesisConfig
 from privehr.core.specs import load_ehr_spec
@@ -90,9 +90,9 @@ def evaluate_release(run_dir: str, record_path: str, config: SynthesisConfig) ->
     record = json.loads(Path(record_path).read_text())
     spec = load_ehr_spec(config.spec)
     train, test, summary = imputed_tables(run_dir, record["job"]["imputation"])
-    features = summary["attributes"]
+    features = summary.attributes
     codec = TableCodec.from_spec(spec, features, require_bounds=False)
-    columns = features + [d for d in summary.get("derived", []) if d in train]
+    columns = features + [d for d in summary.derived if d in train]
     kinds, codes = _kinds(spec, columns)
     rows = []
     for f in record["files"]:
@@ -132,7 +132,7 @@ def evaluate_original(run_dir: str, imputation: int, config: SynthesisConfig) ->
     """The train-on-real baseline of one imputation ("Original" in the tables of Su et al. 2023)."""
     train, test, summary = imputed_tables(run_dir, imputation)
     spec = load_ehr_spec(config.spec)
-    result = {"imputation": imputation, **_utility(train, test, summary["attributes"], config, spec, imputation)}
+    result = {"imputation": imputation, **_utility(train, test, summary.attributes, config, spec, imputation)}
     out = RunLayout(run_dir).original(imputation)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=_json_number))

@@ -9,11 +9,12 @@ dev and record the best epoch). Final fits: the chosen configuration on train+de
 test (Bridges et al. 2023, Appendix D). Every task writes its files into the run directory and returns only
 aggregate numbers.
 
-Privacy: a DP-SGD fit (final or search trial) trains by its :class:`~privehr.models.release_plan.ReleasePlan`
-(the one the budget check reserved) with noise from ``NoiseSource.for_release``, and enters the ledger as
-soon as it is trained, before its model is written anywhere (:func:`privehr.io.privacy_ledger.record_release`);
-non-private and ExpM+NF fits enter it the same way, as releases without a DP guarantee. How each method
-trains, and what each of its releases is, lives in its :class:`~privehr.tasks.methods.TrainingMethod`.
+Privacy: a DP-SGD fit (final or search trial) trains by the :class:`~privehr.models.privacy.release_plan.ReleasePlan`
+that the budget check built and reserved (the same object: a plan is built once per release) with noise from
+``NoiseSource.for_release``, and enters the ledger as soon as it is trained, before its model is written
+anywhere (:func:`privehr.io.privacy_ledger.record_release`); non-private and ExpM+NF fits enter it the same way,
+as releases without a DP guarantee. How each method trains, and what each of its releases is, lives in its
+:class:`~privehr.models.methods.TrainingMethod`, which is pure: these tasks do the ledger and the files.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,13 +33,19 @@ from privehr.core.run_layout import RunLayout
 from privehr.core.config import Cell, PrivacyConfig, TrainingConfig
 from privehr.core.records import FitRow
 from privehr.core.strict_json import strict_dumps, strict_json
+from privehr.io.privacy_ledger import record_release
 from privehr.models.classifiers import classifier_inputs
 from privehr.models.device import resolve_device
-from privehr.models.hyperparameter_search import sample_configurations
-from privehr.models.privacy_ledger import GUARANTEES
+from privehr.models.classifiers.hyperparameter_search import sample_configurations
+from privehr.models.methods import CellData, FitSpec, TrainingMethod, create_method
+from privehr.models.privacy.ledger import GUARANTEES
+from privehr.models.privacy.randomness import NoiseSource
+from privehr.models.privacy.release_plan import Reserved
 from privehr.tasks.compute import share_cores
+from privehr.tasks.evaluation import save_predictions
 from privehr.tasks.features import load_split
-from privehr.tasks.methods import get_method
+from privehr.tasks.progress import progress_artifact
+from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
 
 __all__ = ["search_hyperparameters", "fit_and_evaluate", "search_configurations", "saved_search", "saved_fit",
@@ -52,19 +60,31 @@ def trial_key(cell: Cell, trial: int) -> str:
     return f"{cell.cell_id}/trial{trial}"
 
 
-def _data(features_dir: str, splits: list[str], cell: Cell, device) -> tuple[tuple, torch.Tensor, int, int]:
+def _data(features_dir: str, splits: list[str], cell: Cell, device) -> CellData:
     parts = [load_split(features_dir, s) for s in splits]
     values, mask, delta = (np.concatenate([p[k] for p in parts]) for k in ("values", "mask", "delta"))
     column = list(parts[0]["label_names"]).index(cell.label)
     y = torch.as_tensor(np.concatenate([p["labels"][:, column] for p in parts]).astype(np.float32), device=device)
-    return classifier_inputs(cell.model, values, mask, delta, device), y, values.shape[2], values.shape[1]
+    return CellData(classifier_inputs(cell.model, values, mask, delta, device), y, values.shape[2], values.shape[1])
+
+
+def _method(cell: Cell, training: TrainingConfig, privacy: PrivacyConfig) -> TrainingMethod:
+    return create_method(cell.method, training, privacy, progress_artifact)
+
+
+def _fit(method: TrainingMethod, spec: FitSpec, data: CellData, reserved: Reserved | None, privacy: PrivacyConfig):
+    """Train one release by its reserved plan and enter it in the ledger at once, before anything is saved."""
+    noise = NoiseSource.for_release(privacy.reproducible_noise, spec.cell.cell_id, spec.what, spec.seed)
+    release = method.fit(spec, data, reserved.plan if reserved else None, noise)
+    if reserved is not None:
+        record_release(privacy.ledger_path, reserved.reservation, release.entry)
+    return release
 
 
 def _result_key(run_dir: str, *parts) -> str:
     """Identity of a result: the raw input's sha256 (as DVC tracks it), the split, and the task's parameters."""
-    run = RunLayout(run_dir)
-    digest = hashlib.sha256(json.loads(run.ingest.read_text())["sha256"].encode())
-    digest.update(json.loads(run.split_summary.read_text())["manifest_sha256"].encode())
+    digest = hashlib.sha256(read_summary(run_dir, "ingest").sha256.encode())
+    digest.update(read_summary(run_dir, "split_summary").manifest_sha256.encode())
     digest.update(json.dumps(parts, sort_keys=True, default=str).encode())
     return digest.hexdigest()
 
@@ -84,8 +104,8 @@ def search_configurations(cell: Cell, training: TrainingConfig) -> list[dict]:
     DP-SGD's search spaces leave out what sets the privacy plan (batch size, epochs), so the plan of
     every trial and of the final fit is known before the budget check.
     """
-    method = get_method(cell.method)
-    defaults = method.default_hyperparameters(cell, training)
+    method = create_method(cell.method, training)
+    defaults = method.default_hyperparameters(cell)
     if training.search_budget == 1:
         return [defaults]
     space = {k: v for k, v in method.search_space(cell).items() if k in defaults}
@@ -114,10 +134,10 @@ def saved_fit(run_dir: str, cell: Cell, hyperparameters: dict, seed: int, traini
 
 @task(name="search-hyperparameters")
 def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConfig, privacy: PrivacyConfig,
-                           run_dir: str, reservations: dict[str, str], device: str = "auto") -> dict:
+                           run_dir: str, reserved: dict[str, Reserved], device: str = "auto") -> dict:
     """Try ``training.search_budget`` configurations on train/dev; write ``search/<cell>.json``; return the best.
 
-    Each DP-SGD trial is a release on the training split, trained under its reservation and recorded."""
+    Each DP-SGD trial is a release on the training split, trained by its reserved plan and recorded."""
     out = _search_path(run_dir, cell)
     key = _result_key(run_dir, cell.model_dump(), training.model_dump())
     if (chosen := _reuse(out, key, "chosen")) is not None:
@@ -125,18 +145,21 @@ def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConf
         return chosen
     share_cores()
     dev = resolve_device(device)
-    method = get_method(cell.method)
+    method = _method(cell, training, privacy)
     configs = search_configurations(cell, training)
     trials = []
     if len(configs) == 1 and method.fixed_without_search:
         chosen = configs[0]  # nothing to choose: a fixed, accounted number of epochs (DP-SGD) or steps (ExpM+NF)
     else:
-        train = _data(features_dir, ["train"], cell, dev)
-        dev_inputs, dev_y, *_ = _data(features_dir, ["dev"], cell, dev)
+        held_out = _data(features_dir, ["dev"], cell, dev)
+        train = replace(_data(features_dir, ["train"], cell, dev), dev=(held_out.inputs, held_out.y))
         for k, hp in enumerate(configs):
-            info = method.search_trial(cell, hp, training, privacy, train, (dev_inputs, dev_y), training.search_seed,
-                                       reservations.get(trial_key(cell, k)), f"search trial {k}")
-            trials.append({"hyperparameters": hp, "dev_auroc": info["dev_auroc"], "epochs": info["epochs"]})
+            spec = FitSpec(cell, hp, training.search_seed, f"search trial {k}")
+            release = _fit(method, spec, train, reserved.get(trial_key(cell, k)), privacy)
+            info = release.info_
+            score = info["dev_auroc"] if "dev_auroc" in info else \
+                method.evaluate(release, held_out.inputs, held_out.y).metrics["auroc"]
+            trials.append({"hyperparameters": hp, "dev_auroc": score, "epochs": info["epochs"]})
         scores = [t["dev_auroc"] if np.isfinite(t["dev_auroc"]) else -np.inf for t in trials]
         best = trials[int(np.argmax(scores))]
         chosen = method.chosen(best["hyperparameters"], best["epochs"])
@@ -151,12 +174,12 @@ def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConf
 
 @task(name="fit-and-evaluate")
 def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed: int, training: TrainingConfig,
-                     privacy: PrivacyConfig, run_dir: str, reservation: str | None, device: str = "auto") -> dict:
+                     privacy: PrivacyConfig, run_dir: str, reserved: Reserved | None, device: str = "auto") -> dict:
     """Fit on train+dev with the chosen hyperparameters and ``seed``; return test metrics (aggregates only).
 
-    The release enters the ledger under ``reservation`` as soon as it is trained; the row is saved next
-    to the model, and a resumed run returns it instead of training again (an unfinished fit is
-    retrained with fresh noise, as a new release under a new reservation).
+    The release trains by the plan the budget check reserved and enters the ledger under that reservation as
+    soon as it is trained; the row is saved next to the model, and a resumed run returns it instead of training
+    again (an unfinished fit is retrained with fresh noise, as a new release under a new reservation).
     """
     run = RunLayout(run_dir)
     run.models.mkdir(exist_ok=True)
@@ -168,15 +191,23 @@ def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed:
     share_cores()
     start = time.perf_counter()
     dev = resolve_device(device)
+    if reserved is None:
+        raise RuntimeError(f"{cell.cell_id} seed {seed}: no reservation from the budget check")
     data = _data(features_dir, ["train", "dev"], cell, dev)
-    test_inputs, test_y, *_ = _data(features_dir, ["test"], cell, dev)
-    method = get_method(cell.method)
-    metrics, info = method.final_fit(cell, hyperparameters, training, privacy, data, (test_inputs, test_y), seed,
-                                     reservation, run_dir, run.model(cell.cell_id, seed))
+    test = _data(features_dir, ["test"], cell, dev)
+    method = _method(cell, training, privacy)
+    release = _fit(method, FitSpec(cell, hyperparameters, seed), data, reserved, privacy)
+    evaluation = method.evaluate(release, test.inputs, test.y)
+    save_predictions(run_dir, cell, seed, evaluation.probabilities)  # patient-level: intermediate/, for the report
+    model_path = run.model(cell.cell_id, seed)
+    if evaluation.draws is not None:  # every draw's test scores, for the report's box plots
+        model_path.with_suffix(".draws.json").write_text(json.dumps(evaluation.draws))
+    torch.save(release.state_, model_path)
+    metrics, info = evaluation.metrics, release.info_
     row = {**cell.model_dump(), "seed": seed, "device": str(dev), **metrics,
            **{k: info.get(k) for k in ("epochs", "epsilon_prv", "epsilon_rdp", "epsilon_pld", "noise_multiplier",
                                         "sample_rate", "steps", "delta", "accountant", "noise_source")},
-           "guarantee": GUARANTEES[method.guarantee(privacy, training)],
+           "guarantee": GUARANTEES[method.guarantee()],
            "fit_seconds": round(time.perf_counter() - start, 2)}
     row = FitRow.model_validate(strict_json(row)).model_dump(exclude_unset=True)  # typed: resume and report read it
     result_path.write_text(strict_dumps({"key": key, "value": row}))  # last: marks the cell as done

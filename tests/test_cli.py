@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from privehr.cli import main
-from privehr.tasks.methods import grid
+from privehr.models.methods import grid
 
 
 def test_help_lists_every_command(capsys):
@@ -52,8 +52,8 @@ def test_config_json_applies_overrides(tmp_path, capsys):
 
 
 def test_privacy_ledger_command_shows_not_dp_and_the_dp_only_total_in_strict_json(tmp_path, capsys):
-    from privehr.models.privacy_accounting import epsilon_spent
-    from privehr.models.privacy_ledger import LedgerEntry
+    from privehr.models.privacy.accounting import epsilon_spent
+    from privehr.models.privacy.ledger import LedgerEntry
     from privehr.io.privacy_ledger import Ledger
 
     ledger = tmp_path / "ledger.jsonl"

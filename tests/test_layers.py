@@ -89,8 +89,8 @@ def test_the_code_keeps_the_contracts(site, tmp_path):
 
 @pytest.mark.parametrize("module,line,broken", [
     ("core/errors.py", "import privehr.tasks.train", "layers"),        # core may not reach up
-    ("models/maf.py", "import privehr.io.pages", "layers"),            # models may not read files
-    ("models/maf.py", "import prefect", "pure-math"),                  # nor orchestrate
+    ("models/nf/maf.py", "import privehr.io.pages", "layers"),            # models may not read files
+    ("models/nf/maf.py", "import prefect", "pure-math"),                  # nor orchestrate
     ("io/pages.py", "import privehr.flows.pipeline", "layers"),        # io may not call flows
 ])
 def test_a_forbidden_import_breaks_a_contract(site, tmp_path, module, line, broken):
@@ -117,7 +117,7 @@ def test_the_wheel_installs_only_privehr(tmp_path):
     wheel = next(tmp_path.glob("privehr-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"privehr"}
-    for required in ("privehr/flows/pipeline.py", "privehr/tasks/train.py", "privehr/models/maf.py",
+    for required in ("privehr/flows/pipeline.py", "privehr/tasks/train.py", "privehr/models/nf/maf.py",
                      "privehr/io/validation.py", "privehr/core/config/training.py", "privehr/cli/__init__.py",
                      "privehr/simulate/severity_simulator.py", "privehr/expectations/harrod_ehr.json",
                      "privehr/expectations/specs/harrod_ehr.yaml", "privehr/expectations/specs/mimic_vitals_labs.csv",

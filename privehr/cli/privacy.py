@@ -61,7 +61,7 @@ def privacy_ledger(args) -> int:
 
 
 def privacy_convert(args) -> int:
-    from privehr.models.budget_conversion import convert_budget  # deferred for start-up time (torch, opacus)
+    from privehr.models.privacy.conversion import convert_budget  # deferred for start-up time (torch, opacus)
 
     try:
         out = convert_budget(sample_rate=args.sample_rate, steps=args.steps, delta=args.delta, sigma=args.sigma,

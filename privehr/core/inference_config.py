@@ -43,7 +43,7 @@ class RecordDensityConfig(DPNFConfig):
     """The DP-NF of the records in route (b) (Su et al. 2023: one MADE of 10 hidden units with batch norm, RMSprop
     at lr 0.01 decaying by 0.999 per step, T = 8000, q = 500/6000, C = 10); here two MADE blocks of 16 hidden units, no
     batch norm (training-mode batch norm mixes records and releases un-noised statistics), and Adam at a constant
-    lr 0.01 (privehr's DP-NF trainer, privehr.models.dp_nf)."""
+    lr 0.01 (privehr's DP-NF trainer, privehr.models.nf.dp_nf)."""
 
     blocks: int = Field(2, ge=1, description="MADE blocks, reversed order between blocks")
     hidden_size: int = Field(16, ge=2)
@@ -64,7 +64,7 @@ class InferenceConfig(_Strict):
     """Everything one run of ``privehr-private-inference`` needs."""
 
     model: str = Field("nonlinear_repeated_measures", description="the likelihood, by its registered name "
-                                                                 "(privehr.models.likelihood.LIKELIHOODS)")
+                                                                 "(privehr.models.inference.likelihood.LIKELIHOODS)")
     data_path: Path | None = Field(None, description="a CSV of records, one row per subject (one DP unit) with the "
                                                      "model's columns (read only); default: simulate the paper's design")
     subjects: int = Field(6000, ge=2, description="simulated subjects (with no data_path)")

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from privehr.core.config import Cell, Label, Loss, Method, Model
 
-__all__ = ["FitRow"]
+__all__ = ["FitRow", "IngestSummary", "SplitSummary", "ImputationSummary", "ReleasedCount", "RUN_RECORDS"]
 
 
 class FitRow(BaseModel):
@@ -71,3 +71,49 @@ class FitRow(BaseModel):
     @property
     def cell_id(self) -> str:
         return self.cell.cell_id
+
+
+class _Summary(BaseModel):
+    """A run-directory summary read back by later tasks: the fields they read are typed; the rest is carried."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class IngestSummary(_Summary):
+    """``ingest.json``: the raw file's fingerprint (as DVC tracks it) and its shape."""
+
+    sha256: str
+
+
+class SplitSummary(_Summary):
+    """``split_summary.json``: stays and subjects per split, and the manifest's fingerprint."""
+
+    counts: dict[str, dict[str, int]]
+    manifest_sha256: str
+
+    def stays(self, *splits: str) -> int:
+        return sum(self.counts[s]["stays"] for s in splits)
+
+
+class ImputationSummary(_Summary):
+    """``imputation.json``: the spec, the imputed attributes and derived columns, the number m of datasets, patients
+    per split and the quarantine's decisions."""
+
+    spec: str
+    m: int
+    attributes: list[str]
+    derived: list[str] = []
+    patients: dict[str, int]
+    decisions: dict
+
+
+class ReleasedCount(_Summary):
+    """``released_count.json``: the patient count released with epsilon-DP noise."""
+
+    count: int
+    epsilon: float
+
+
+#: which record each run-directory summary is read as (``RunLayout`` attribute -> class)
+RUN_RECORDS = {"ingest": IngestSummary, "split_summary": SplitSummary, "imputation": ImputationSummary,
+               "released_count": ReleasedCount}

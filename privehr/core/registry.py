@@ -1,16 +1,17 @@
 """A registry of named implementations, the pattern of Opacus's accountant and grad-sampler registries.
 
-Each implementation is a class with a ``name``; decorating it with :meth:`Registry.register` stores one
-instance under that name, and code looks implementations up by the name the configuration holds instead
-of branching on it. Where the bottom layer declares the names (a ``Literal`` in the config, so that
+Each implementation is a class with a ``name``; decorating it with :meth:`Registry.register` stores the class
+under that name, and code looks implementations up by the name the configuration holds instead of branching
+on it: ``registry[name]`` is the class, ``registry.create(name, *settings)`` a configured instance (Opacus's
+``create_accountant``). Where the bottom layer declares the names (a ``Literal`` in the config, so that
 pydantic and the deployments' schemas can check them), the registry refuses any other name.
 
 >>> shapes = Registry("shape", declared=("circle", "square"))
 >>> @shapes.register
 ... class Circle:
 ...     name = "circle"
->>> shapes["circle"].name, "square" in shapes
-('circle', False)
+>>> shapes["circle"].name, shapes.create("circle").name, "square" in shapes
+('circle', 'circle', False)
 >>> shapes["hexagon"]
 Traceback (most recent call last):
 ...
@@ -28,23 +29,27 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """Named instances of registered classes; a mapping from name to instance."""
+    """Registered classes by name; ``create`` configures one."""
 
     def __init__(self, what: str, declared: tuple[str, ...] | None = None):
         self.what, self.declared = what, declared
-        self._items: dict[str, T] = {}
+        self._items: dict[str, type[T]] = {}
 
     def register(self, cls: type[T]) -> type[T]:
-        """Class decorator: store one instance of ``cls`` under ``cls.name``."""
+        """Class decorator: store ``cls`` under ``cls.name``."""
         if self.declared is not None and cls.name not in self.declared:
             raise ValueError(f"{self.what} {cls.name!r} is not declared in the configuration (one of "
                              f"{self.declared})")
         if cls.name in self._items:
             raise ValueError(f"{self.what} {cls.name!r} is registered twice")
-        self._items[cls.name] = cls()
+        self._items[cls.name] = cls
         return cls
 
-    def __getitem__(self, name: str) -> T:
+    def create(self, name: str, *args, **kwargs) -> T:
+        """An instance of the class registered as ``name``, configured by ``args`` and ``kwargs``."""
+        return self[name](*args, **kwargs)
+
+    def __getitem__(self, name: str) -> type[T]:
         try:
             return self._items[name]
         except KeyError:
@@ -64,3 +69,6 @@ class Registry(Generic[T]):
 
     def keys(self):
         return self._items.keys()
+
+    def values(self):
+        return self._items.values()

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from privehr.models import quarantine as q
-from privehr.models.derived_columns import derived_sources
+from privehr.models.data import quarantine as q
+from privehr.models.synthesis.derived_columns import derived_sources
 from privehr.core.errors import InputError
 from privehr.core.specs import EHRTableSpec
 

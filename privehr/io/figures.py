@@ -15,7 +15,7 @@ from matplotlib.patches import Patch  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from privehr.models.mixed_fidelity import is_discrete  # noqa: E402
+from privehr.models.evaluation.mixed_fidelity import is_discrete  # noqa: E402
 
 __all__ = ["plot_auroc_vs_epsilon", "plot_expm_boxplots", "plot_synthesis_utility", "plot_reliability",
            "plot_subgroup_cost", "marginal_histograms"]
@@ -155,7 +155,7 @@ def _continuous_panel(ax, real: pd.Series, synthetic: dict[str, pd.DataFrame], c
 def marginal_histograms(real: pd.DataFrame, synthetic: dict[str, pd.DataFrame], kinds: dict, path: Path,
                         categories: dict | None = None) -> Path:
     """One panel per column of ``real``, real against each synthesizer (Lee et al. 2022, Fig. 3): grouped bars of
-    category shares for discrete columns (the rule of :func:`privehr.models.mixed_fidelity.is_discrete`; invalid
+    category shares for discrete columns (the rule of :func:`privehr.models.evaluation.mixed_fidelity.is_discrete`; invalid
     synthetic values such as a 0.37 in a binary column show as the "other" bar), overlaid histograms (real
     filled, synthesizers as step lines, density) for continuous ones. Titled by column name only."""
     categories = categories or {}

@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from privehr.models.cohort import ID_COLUMNS, select_cohort
+from privehr.models.data.cohort import ID_COLUMNS, select_cohort
 from privehr.core.errors import InputError
 from privehr.io.hdf5_fixed import FixedFrame
 

@@ -5,7 +5,7 @@ file itself while it reads, decides and appends, so two runs on one dataset can 
 budget before either has reserved its spend. Appends are flushed and fsynced before the lock is
 released. The file is strict JSON (no ``Infinity``): a non-private release has ``epsilon: null``.
 
-Protocol (``privehr.models.privacy_ledger`` composes it):
+Protocol (``privehr.models.privacy.ledger`` composes it):
 
 1. :func:`reserve` before any release is trained: compose the dataset's counted entries with the
    run's planned ones, refuse if a budget would be exceeded, else append one reservation per
@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from privehr.models.privacy_ledger import (BudgetVerdict, LedgerEntry, LedgerTotal, check_budget, compose_entries,
+from privehr.models.privacy.ledger import (BudgetVerdict, LedgerEntry, LedgerTotal, check_budget, compose_entries,
                                    effective_entries)
 from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps

@@ -27,8 +27,8 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from privehr.models import quarantine as q
-from privehr.models.hourly_profile import VariableProfile, stay_keys
+from privehr.models.data import quarantine as q
+from privehr.models.data.hourly_profile import VariableProfile, stay_keys
 from privehr.core.errors import InputError
 from privehr.core.specs import EHRTableSpec, MimicExtractSpec
 from privehr.io.ehr_table import EHRTable, read_ehr_table

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from privehr.models.marginal_synthesis import marginal_available
+from privehr.models.synthesis.marginal import marginal_available
 from privehr.cli import main
 from privehr.core.specs import load_ehr_spec
 from privehr.io.privacy_ledger import read_ledger

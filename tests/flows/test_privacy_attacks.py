@@ -100,7 +100,7 @@ def test_a_reused_run_id_is_a_new_release_never_a_free_one(tmp_path, small_extra
 
 
 def _reserve_in_another_process(ledger: str, budget: float, barrier, results) -> None:
-    from privehr.models.release_plan import ReleasePlan
+    from privehr.models.privacy.release_plan import ReleasePlan
     from privehr.io.privacy_ledger import Ledger, reserve
 
     plan = ReleasePlan.for_epochs(1000, batch_size=100, epochs=2, target_epsilon=1.0, delta=1e-5)
@@ -152,7 +152,7 @@ def test_an_unwritable_ledger_stops_the_run_before_any_record_is_read(tmp_path, 
 def test_a_crash_after_training_leaves_the_release_counted(tmp_path, small_extract, monkeypatch):
     """(d) A model trained but never saved (the process died writing it) is in the ledger all the same; a crash
     during training leaves its reservation counted until the run is resumed, which retrains it as a new release."""
-    import privehr.tasks.methods.dp_sgd
+    import privehr.models.methods.dp_sgd
     import privehr.tasks.train
 
     real_save = torch.save
@@ -169,7 +169,7 @@ def test_a_crash_after_training_leaves_the_release_counted(tmp_path, small_extra
     assert total.releases == 2 and total.pending == 0  # both trained, both counted, though one was never saved
     monkeypatch.setattr(privehr.tasks.train.torch, "save", real_save)
 
-    real_train = privehr.tasks.methods.dp_sgd.train_dp_sgd
+    real_train = privehr.models.methods.dp_sgd.train_dp_sgd
 
     def dies_in_training(*args, **kwargs):
         if not getattr(dies_in_training, "spared", False):
@@ -178,13 +178,13 @@ def test_a_crash_after_training_leaves_the_release_counted(tmp_path, small_extra
         raise RuntimeError("killed")
 
     ledger2 = tmp_path / "ledger2.jsonl"
-    monkeypatch.setattr(privehr.tasks.methods.dp_sgd, "train_dp_sgd", dies_in_training)
+    monkeypatch.setattr(privehr.models.methods.dp_sgd, "train_dp_sgd", dies_in_training)
     config = _config(tmp_path, small_extract, "crash-training", ledger_path=str(ledger2))
     with pytest.raises(RuntimeError, match="killed"):
         pipeline(config)
     (crashed,) = ledger_totals(ledger2)
     assert crashed.releases == 1 and crashed.pending == 1  # the reservation of the unfinished fit still counts
-    monkeypatch.setattr(privehr.tasks.methods.dp_sgd, "train_dp_sgd", real_train)
+    monkeypatch.setattr(privehr.models.methods.dp_sgd, "train_dp_sgd", real_train)
     pipeline(config.model_copy(update={"resume": True}))
     (resumed,) = ledger_totals(ledger2)
     assert resumed.releases == 2 and resumed.pending == 0  # its void settled the dead reservation

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from privehr.flows.private_inference import private_inference
-from privehr.models.repeated_measures import simulate_repeated_measures
+from privehr.models.inference.repeated_measures import simulate_repeated_measures
 from privehr.cli import main
 from privehr.core.errors import InputError
 from privehr.core.inference_config import InferenceConfig

@@ -10,7 +10,7 @@ import privehr.core as core
 import privehr.models as models
 
 MODULES = sorted(m.name for package in (models, core)
-                 for m in pkgutil.iter_modules(package.__path__, package.__name__ + "."))
+                 for m in pkgutil.walk_packages(package.__path__, package.__name__ + "."))
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from privehr.models.batched_utility import BatchedUtility
+from privehr.models.expm.batched_utility import BatchedUtility
 
 __all__ = ["grid_log_density", "grid_samples", "ks_marginals", "mmd2"]
 

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from privehr.models.hourly_features import HourlyFeaturizer
+from privehr.models.data.hourly_features import HourlyFeaturizer
 from privehr.core.config import Cell, PipelineConfig, SplitConfig, TrainingConfig
 from privehr.tasks.cohort import build_cohort, load_cohort
 from privehr.tasks.features import build_features, load_split
@@ -13,7 +13,7 @@ from privehr.tasks.ingest import ingest_extract
 from privehr.tasks.run_directory import create_run_directory
 from privehr.tasks.split import split_cohort
 from privehr.tasks.train import fit_and_evaluate, search_hyperparameters
-from privehr.tasks.methods import grid
+from privehr.models.methods import grid
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,8 @@ def test_split_keeps_patients_whole_and_features_use_training_statistics(prepare
 
 
 @pytest.mark.parametrize("model", ["logistic_regression", "grud"])
-def test_search_then_fit_for_each_method(prepared, model, tmp_path, small_extract):
+def test_search_then_fit_for_each_method(prepared, model, tmp_path, small_extract, monkeypatch):
+    import privehr.models.privacy.release_plan as release_plan
     from privehr.io.privacy_ledger import read_ledger
     from privehr.tasks.release_budget import check_privacy_budget
     from privehr.tasks.train import fit_key
@@ -62,8 +63,14 @@ def test_search_then_fit_for_each_method(prepared, model, tmp_path, small_extrac
     training = config.training
     cells = [Cell(label="mort_icu", model=model, method=method, loss="l2", target_epsilon=eps)
              for method, eps in (("non_private", None), ("dp_sgd", 1.0))]
+    calibrations = []  # every plan is built once, at the budget check: count sigma's calibrations
+    calibrate = release_plan.calibrate_noise_multiplier
+    monkeypatch.setattr(release_plan, "calibrate_noise_multiplier",
+                        lambda *args: calibrations.append(args) or calibrate(*args))
     reservations = check_privacy_budget.fn(run_dir, cells, config)  # before the search: its DP trials included
     assert len(reservations) == 2 * 3 + 2  # 2 cells x 3 seeds + 2 DP-SGD search trials
+    # one plan for the DP-SGD cell's search trials (n = train), one for its final fits (n = train + dev)
+    assert len(calibrations) == 2
     for cell in cells:
         chosen = search_hyperparameters.fn(features_dir, cell, training, config.privacy, run_dir, reservations, "cpu")
         search = json.loads(open(f"{run_dir}/search/{cell.cell_id}.json").read())
@@ -82,7 +89,8 @@ def test_search_then_fit_for_each_method(prepared, model, tmp_path, small_extrac
     released = [e for e in read_ledger(tmp_path / "ledger.jsonl") if e.status == "released"]
     assert sorted(e.what for e in released) == ["final fit", "final fit", "search trial 0", "search trial 1"]
     assert sorted(e.guarantee for e in released) == ["dp", "dp", "non_private", "tuned"]
-    assert {e.reservation for e in released} <= set(reservations.values())
+    assert {e.reservation for e in released} <= {r.reservation for r in reservations.values()}
+    assert len(calibrations) == 2  # the search and the fits trained by the reserved plans: none built again
 
 
 def test_over_budget_runs_are_refused_before_anything_is_trained(prepared, tmp_path, small_extract):

@@ -12,13 +12,13 @@ __all__ = ["AuditedMethod", "DPSGDClipping", "FineGrainedClipping", "Label", "Lo
 
 Label = Literal["mort_hosp", "mort_icu", "los_3", "los_7"]
 Model = Literal["logistic_regression", "grud"]
-# The training methods' names; each is implemented by one registered class in privehr.tasks.methods (which this
+# The training methods' names; each is implemented by one registered class in privehr.models.methods (which this
 # bottom layer cannot import; tests/tasks/test_training_methods.py fails if the two disagree).
 Method = Literal["non_private", "dp_sgd", "expm_nf"]
 AuditedMethod = Literal["non_private", "dp_sgd"]
 Loss = Literal["bce", "l2"]
-# per-sample clipping of DP-SGD (privehr.models.dp_sgd) and of DP-HFlow's fine-grained modes
-# (privehr.models.fine_grained_clipping): the models read their mode names from these
+# per-sample clipping of DP-SGD (privehr.models.dpsgd.trainer) and of DP-HFlow's fine-grained modes
+# (privehr.models.dpsgd.fine_grained_clipping): the models read their mode names from these
 DPSGDClipping = Literal["ghost", "hooks", "functorch"]
 FineGrainedClipping = Literal["flat", "per_layer", "per_unit", "sparsified"]
 # a privacy budget is a finite positive number: inf, nan and "Infinity" are refused (inf is no privacy at all)

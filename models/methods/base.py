@@ -1,0 +1,232 @@
+"""The training-method interface and its registry: one class per way of training a grid cell.
+
+A :class:`TrainingMethod` is configured by its settings (``training``, ``privacy``) and says everything the
+grid, the budget check, the search and the final fit need to know about one method: the epsilons, losses,
+models and seeds of its cells, its default hyperparameters and search space (by model), and, for one release
+(a :class:`FitSpec`: cell, hyperparameters, seed, what), its plan and ledger entry before any training, its fit
+and its evaluation. The method is pure: it touches no file, no ledger and no Prefect. The training task
+builds the plan once (``plan``) at the budget check, reserves it, hands that same plan object to ``fit``,
+records the release's entry in the ledger and saves what it returns.
+
+Adding a method is one new module in this package that subclasses :class:`TrainingMethod` and decorates it
+with :func:`register_method`, its name in ``privehr.core.config.Method`` (the bottom layer cannot import this
+registry, so the names are declared there; ``tests/models/methods/test_training_methods.py`` fails when the two
+disagree), and its test. The pattern is Opacus's accountant registry (``create_accountant``).
+
+>>> from privehr.core.config import Cell, PrivacyConfig, TrainingConfig
+>>> method = create_method("dp_sgd", TrainingConfig(), PrivacyConfig())
+>>> cell = Cell(label="mort_icu", model="logistic_regression", method="dp_sgd", loss="bce", target_epsilon=1.0)
+>>> spec = FitSpec(cell, method.default_hyperparameters(cell))
+>>> plan = method.plan(spec, 2000)
+>>> plan.epsilon <= 1.0, method.entry(spec, plan).mechanism
+(True, 'dp_sgd')
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar, get_args
+
+import numpy as np
+import torch
+
+from privehr.core.config import Cell, Method, PrivacyConfig, TrainingConfig
+from privehr.core.registry import Registry
+from privehr.models.classifiers import build_classifier
+from privehr.models.classifiers.training import predict_proba
+from privehr.models.evaluation.metrics import binary_metrics
+from privehr.models.privacy.ledger import LedgerEntry
+from privehr.models.privacy.randomness import NoiseSource
+from privehr.models.privacy.release_plan import ReleasePlan
+
+__all__ = ["TrainingMethod", "ClassifierMethod", "FitSpec", "CellData", "Release", "Evaluation", "register_method",
+           "get_method", "create_method", "TRAINING_METHODS", "grid", "seeds_of", "Progress"]
+
+TRAINING_METHODS: Registry["TrainingMethod"] = Registry("training method", declared=get_args(Method))
+register_method = TRAINING_METHODS.register
+get_method = TRAINING_METHODS.__getitem__
+create_method = TRAINING_METHODS.create
+
+#: a progress reporter's factory: description -> progress(done, total) callback (or None)
+Progress = Callable[[str], Callable[[int, int], None] | None]
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """One release of a grid cell: the cell, its hyperparameters, the fit's public seed and what it is."""
+
+    cell: Cell
+    hyperparameters: dict
+    seed: int = 0
+    what: str = "final fit"  # or "search trial <k>"
+
+
+@dataclass(frozen=True)
+class CellData:
+    """A cell's training records: the classifier's inputs, labels and shape; for a search trial, the dev records
+    it early-stops on or is scored on."""
+
+    inputs: tuple
+    y: torch.Tensor
+    n_variables: int
+    n_hours: int
+    dev: tuple | None = None  # (inputs, y)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass
+class Release:
+    """A fitted release: its ledger entry, and what it learned (``*_``) and what is saved of it.
+
+    ``state_`` is what the task saves as the model file; ``info_`` what the result row says about the fit
+    (epochs, the plan's record, where the noise came from); ``model_`` the trained module, where there is one.
+    """
+
+    entry: LedgerEntry
+    state_: dict
+    info_: dict = field(default_factory=dict)
+    model_: object | None = None
+    extra_: dict = field(default_factory=dict)  # method-specific learned state (ExpM+NF's draws)
+
+
+@dataclass
+class Evaluation:
+    """A release scored on held-out records: aggregate metrics, the released model's probabilities per record
+    (patient-level: the task keeps them under ``intermediate/``) and, for ExpM+NF, each draw's scores."""
+
+    metrics: dict
+    probabilities: np.ndarray
+    draws: dict | None = None
+
+
+class TrainingMethod(ABC):
+    """How one method trains a cell: grid, hyperparameters, plans, fits and evaluation; configured by its settings."""
+
+    name: ClassVar[str]
+    #: with a single configuration there is nothing to choose, so no search run is trained (a fixed,
+    #: accounted number of epochs or steps); a method whose search early-stops on dev still trains it
+    fixed_without_search: ClassVar[bool] = True
+    #: model -> parameter -> ("log", low, high) | ("int", low, high) | ("choice", [values]); a DP method's space
+    #: holds only what leaves its privacy plan unchanged (see models.classifiers.hyperparameter_search)
+    search_spaces: ClassVar[dict[str, dict]] = {}
+
+    def __init__(self, training: TrainingConfig, privacy: PrivacyConfig | None = None,
+                 progress: Progress | None = None):
+        self.training, self.privacy = training, privacy or PrivacyConfig()
+        self.progress = progress or (lambda description: None)
+
+    # --- the grid -------------------------------------------------------------------------------------------
+    def epsilons(self) -> list[float | None]:
+        """The target epsilons of its cells (None: no privacy parameter)."""
+        return [None]
+
+    def losses(self) -> list[str]:
+        return list(self.training.losses)
+
+    def trains(self, model: str) -> bool:
+        """Whether the grid has cells of this method for ``model``."""
+        return True
+
+    def seeds(self) -> int:
+        """Final fits per cell."""
+        return self.training.seeds
+
+    # --- hyperparameters ------------------------------------------------------------------------------------
+    @abstractmethod
+    def default_hyperparameters(self, cell: Cell) -> dict:
+        """The configuration a search starts from (and the only one with ``search_budget: 1``)."""
+
+    def search_space(self, cell: Cell) -> dict:
+        """Ranges the random search draws from (``models.classifiers.hyperparameter_search``'s format)."""
+        return self.search_spaces[cell.model]
+
+    def chosen(self, hyperparameters: dict, best_epochs: int | None) -> dict:
+        """The final fit's hyperparameters given the search's best trial (and its best epoch, if any)."""
+        return dict(hyperparameters)
+
+    # --- releases -------------------------------------------------------------------------------------------
+    @abstractmethod
+    def guarantee(self, what: str = "final fit") -> str:
+        """The ledger guarantee (``models.privacy.ledger.GUARANTEES``) of a release of this method."""
+
+    def reserves_search_trials(self) -> bool:
+        """Whether each search trial is a release of its own (reserved and recorded like a final fit)."""
+        return False
+
+    def plan(self, spec: FitSpec, n: int) -> ReleasePlan | None:
+        """The release's plan on ``n`` records (sigma, q, T and their epsilons), built once, before any training;
+        None for a release without a DP mechanism."""
+        return None
+
+    def entry(self, spec: FitSpec, plan: ReleasePlan | None) -> LedgerEntry:
+        """What the release enters in the ledger (reserved at the budget check, recorded when trained)."""
+        return LedgerEntry("", "", "non_private", what=spec.what)
+
+    # --- training and evaluation ----------------------------------------------------------------------------
+    @abstractmethod
+    def fit(self, spec: FitSpec, data: CellData, plan: ReleasePlan | None, noise: NoiseSource) -> Release:
+        """Train on ``data`` by ``plan`` (the reserved one) with ``noise``; return the release (nothing saved)."""
+
+    @abstractmethod
+    def evaluate(self, release: Release, inputs: tuple, y: torch.Tensor) -> Evaluation:
+        """Score the release on held-out records (dev for a trial, test for a final fit)."""
+
+
+class ClassifierMethod(TrainingMethod):
+    """A method that trains the classifier's weights directly (non-private, DP-SGD): one model per fit."""
+
+    #: batch norm mixes samples: only a non-private method may use it
+    batch_norm: ClassVar[bool] = False
+
+    def build(self, spec: FitSpec, data: CellData):
+        return build_classifier(spec.cell.model, data.n_variables, data.n_hours, seed=spec.seed,
+                                hidden_size=spec.hyperparameters.get("hidden_size", 32),
+                                batch_norm=self.training.grud.batch_norm and self.batch_norm).to(data.y.device)
+
+    def fit(self, spec, data, plan, noise) -> Release:
+        model, info = self.train(self.build(spec, data), spec, data, plan, noise)
+        if data.dev is not None and "dev_auroc" not in info:
+            info["dev_auroc"] = self.evaluate_model(model, *data.dev)["auroc"]
+        state = {"cell": spec.cell.model_dump(), "seed": spec.seed, "hyperparameters": spec.hyperparameters,
+                 "state_dict": {k: v.cpu() for k, v in model.state_dict().items()}, "training": info}
+        return Release(self.entry(spec, plan), state, info, model)
+
+    @staticmethod
+    def evaluate_model(model, inputs, y) -> dict:
+        return binary_metrics(y.cpu().numpy(), predict_proba(model, inputs))
+
+    @abstractmethod
+    def train(self, model, spec: FitSpec, data: CellData, plan: ReleasePlan | None,
+              noise: NoiseSource) -> tuple[object, dict]:
+        """Train ``model``; return the trained module and its info (epochs, plan record, dev AUROC)."""
+
+    def epochs_progress(self, spec: FitSpec):
+        """The progress callback of a fit's epochs (None outside a Prefect run)."""
+        return self.progress(f"{spec.cell.cell_id} seed {spec.seed}: {spec.what} epochs")
+
+    def evaluate(self, release, inputs, y) -> Evaluation:
+        probabilities = predict_proba(release.model_, inputs)
+        return Evaluation(binary_metrics(y.cpu().numpy(), probabilities), probabilities)
+
+
+def grid(training: TrainingConfig, labels: list[str]) -> list[Cell]:
+    """The training grid: label x model x method x loss x epsilon, as each method declares its cells."""
+    out = []
+    for label in labels:
+        for model in training.models:
+            for name in training.methods:
+                method = create_method(name, training)
+                if not method.trains(model):
+                    continue
+                out += [Cell(label=label, model=model, method=name, loss=loss, target_epsilon=e)
+                        for loss in method.losses() for e in method.epsilons()]
+    return out
+
+
+def seeds_of(cell: Cell, training: TrainingConfig) -> int:
+    """Final fits of ``cell``."""
+    return create_method(cell.method, training).seeds()

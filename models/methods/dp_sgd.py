@@ -1,0 +1,69 @@
+"""DP-SGD (Abadi et al. 2016) by Poisson sampling, per-sample clipping and Gaussian noise, sigma calibrated
+to each cell's target epsilon by the PRV accountant (RDP and PLD alongside): the grid's DP method.
+
+A release trains by the :class:`~privehr.models.privacy.release_plan.ReleasePlan` that the budget check built
+and reserved (``plan``), with the noise the task hands it (``NoiseSource.for_release``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from privehr.models.dpsgd.trainer import DPSGDHyperparameters, train_dp_sgd
+from privehr.models.methods.base import ClassifierMethod, register_method
+from privehr.models.privacy.release_plan import ReleasePlan
+
+__all__ = ["DPSGD"]
+
+
+@register_method
+class DPSGD(ClassifierMethod):
+    name: ClassVar[str] = "dp_sgd"
+    # batch size and epochs set the plan: they are not searched, so every plan is known before the search
+    search_spaces: ClassVar[dict[str, dict]] = {
+        "grud": {"learning_rate": ("log", 1e-3, 5e-2), "hidden_size": ("int", 8, 48),
+                 "max_grad_norm": ("log", 0.1, 5.0)},
+        "logistic_regression": {"learning_rate": ("log", 1e-3, 5e-2), "max_grad_norm": ("log", 0.1, 5.0)},
+    }
+
+    def epsilons(self) -> list[float | None]:
+        return list(self.training.dp_sgd.epsilons)
+
+    def default_hyperparameters(self, cell) -> dict:
+        c = self.training.dp_sgd
+        hp = {"learning_rate": c.learning_rate, "weight_decay": c.weight_decay, "batch_size": c.batch_size,
+              "epochs": c.epochs, "max_grad_norm": c.max_grad_norm}
+        if cell.model == "grud":
+            hp["hidden_size"] = self.training.grud.hidden_size
+        return hp
+
+    def guarantee(self, what: str = "final fit") -> str:
+        """DP unless its noise is reproducible or (a final fit) its hyperparameters were chosen by dev AUROC
+        among several (a non-DP use of the dev patients)."""
+        if self.privacy.reproducible_noise:
+            return "reproducible"
+        return "tuned" if what == "final fit" and self.training.search_budget > 1 else "dp"
+
+    def reserves_search_trials(self) -> bool:
+        return self.training.search_budget > 1
+
+    def plan(self, spec, n) -> ReleasePlan:
+        """``epochs`` passes over ``n`` records at the cell's target epsilon."""
+        hp = spec.hyperparameters
+        return ReleasePlan.for_epochs(n, hp["batch_size"], hp["epochs"], target_epsilon=spec.cell.target_epsilon,
+                                      delta=self.privacy.delta, max_grad_norm=hp["max_grad_norm"])
+
+    def entry(self, spec, plan):
+        return plan.ledger_entry(self.guarantee(spec.what), spec.what)
+
+    def train(self, model, spec, data, plan, noise) -> tuple[object, dict]:
+        if plan is None:
+            raise ValueError(f"{spec.cell.cell_id} {spec.what}: a DP-SGD release needs the plan the budget check "
+                             "reserved")
+        hp = spec.hyperparameters
+        plan = plan.clipped_at(hp["max_grad_norm"])  # the search may choose C; sigma, q and T are the reserved ones
+        model, _ = train_dp_sgd(model, data.inputs, data.y, DPSGDHyperparameters(hp["learning_rate"],
+                                                                                 hp["weight_decay"]),
+                                plan, noise, spec.cell.loss, grad_sample_mode=self.training.dp_sgd.clipping,
+                                progress=self.epochs_progress(spec))
+        return model, {"epochs": hp["epochs"], **plan.record(), "noise_source": noise.kind}

@@ -1,0 +1,293 @@
+"""Privacy accounting of Poisson-subsampled Gaussian mechanisms (DP-SGD, DP-NF): three accountants.
+
+A run of T steps with sampling rate q and noise multiplier sigma (a *history* [(sigma, q, T), ...]
+for heterogeneous compositions) is (epsilon, delta)-DP under add/remove-one neighbours with epsilon
+from three independent implementations:
+
+* **PRV** (Gopi, Lee, Wutschitz, "Numerical Composition of Differential Privacy", NeurIPS 2021;
+  Opacus): numerically tight; Opacus returns the *upper* end of an estimate accurate to
+  ``eps_error``. This is the claimed epsilon.
+* **RDP** (Mironov, "Renyi Differential Privacy", CSF 2017; Opacus): an upper bound, usually
+  looser. Orders up to 2^14: with Opacus's default orders (<= 63) it cannot certify epsilon below
+  log(1/delta)/62 (0.19 at delta = 1e-5), and even with these it stops near 4e-3.
+* **PLD** (Koskela, Jalko, Honkela 2020; Doroshenko, Ghazi, Kamath, Kumar, Manurangsi, "Connect
+  the Dots", PETS 2022; Google's ``dp-accounting``): a pessimistic discretisation, an upper bound;
+  its optimistic twin is a lower bound, so [lower, upper] brackets the true epsilon.
+
+One rule names the claim: PRV where it could be computed, else RDP (:attr:`PrivacySpend.epsilon`).
+The noise multiplier is calibrated so that PRV and RDP both stay at or below the target (PRV alone
+below RDP's floor). An accountant that cannot give a value is reported as None.
+
+One release of T = 1000 Poisson steps at q = 0.01 and sigma = 1, by every accountant: PRV (the claim) and RDP
+both bound epsilon from above, RDP the looser; PLD's pessimistic and optimistic estimates bracket the truth.
+
+>>> spend = epsilon_spent(1.0, 0.01, 1000, 1e-5)
+>>> spend.epsilon_prv < spend.epsilon_rdp, spend.epsilon_pld_lower <= spend.epsilon_pld
+(True, True)
+>>> round(spend.epsilon, 1)
+1.8
+>>> calibrated = calibrate_noise_multiplier(1.0, 1e-5, 0.01, 1000)
+>>> calibrated.epsilon <= 1.0 and calibrated.epsilon_rdp <= 1.0 < epsilon_spent(
+...     0.98 * calibrated.noise_multiplier, 0.01, 1000, 1e-5).epsilon_rdp
+True
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+import numpy as np
+from opacus.accountants import PRVAccountant, RDPAccountant
+from opacus.accountants.analysis import rdp as rdp_analysis
+from opacus.accountants.utils import get_noise_multiplier
+
+__all__ = ["PrivacySpend", "calibrate_noise_multiplier", "epsilon_spent", "prv_epsilon", "rdp_epsilon",
+           "pld_epsilon", "compose_history", "check_target_epsilon", "RDP_ORDERS", "PLD_INTERVAL", "prv_error"]
+
+PRV_MAX_POINTS = 2_000_000  # PRV's discretisation grid: 2 L / mesh points, several float64 arrays each
+PLD_INTERVAL = 1e-4         # PLD's discretisation of the privacy loss (dp-accounting's default)
+PLD_MAX_POINTS = 1_000_000  # PLD's grid over the composed loss: the interval widens beyond epsilon / this
+
+RDP_ORDERS = RDPAccountant.DEFAULT_ALPHAS + [2.0 ** k for k in range(7, 15)]
+
+History = list[tuple[float, float, int]]
+
+# PRV takes log(0) at the edge of its domain for large q (harmless: those points carry no mass). Filtered once here:
+# ``warnings.catch_warnings`` around each call is not thread-safe, and the grid's task runs account concurrently.
+warnings.filterwarnings("ignore", message="divide by zero encountered in log", category=RuntimeWarning,
+                        module=r"opacus\.accountants\.analysis\.prv")
+
+
+@dataclass(frozen=True)
+class PrivacySpend:
+    """epsilon at ``delta`` of T Poisson-subsampled Gaussian steps (sigma, q), from every accountant."""
+
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+    delta: float
+    epsilon_prv: float | None
+    epsilon_rdp: float | None
+    target_epsilon: float | None = None
+    epsilon_pld: float | None = None        # pessimistic PLD: an upper bound
+    epsilon_pld_lower: float | None = None  # optimistic PLD: a lower bound on the true epsilon
+    prv_eps_error: float | None = None      # PRV's estimate is within this of the truth (it reports the upper end)
+
+    @property
+    def accountant(self) -> str:
+        """The accountant of the claim: PRV where it could be computed, else RDP."""
+        if self.epsilon_prv is None and self.epsilon_rdp is None:
+            raise RuntimeError("no accountant could compute epsilon")
+        return "prv" if self.epsilon_prv is not None else "rdp"
+
+    @property
+    def epsilon(self) -> float:
+        """The claimed epsilon (see :attr:`accountant`)."""
+        return self.epsilon_prv if self.accountant == "prv" else self.epsilon_rdp
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"epsilon": self.epsilon, "accountant": self.accountant}
+
+
+def check_target_epsilon(target_epsilon) -> float:
+    """A target epsilon must be a finite positive number: ``inf`` is no privacy, not a budget."""
+    try:
+        value = float(target_epsilon)
+    except (TypeError, ValueError):
+        raise ValueError(f"target epsilon {target_epsilon!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"target epsilon must be a finite positive number, got {target_epsilon!r}; "
+                         "train without privacy with the non_private method instead")
+    return value
+
+
+def _tolerance(target: float) -> float:
+    """Bisection tolerance on epsilon: 1 % of the target, at most 0.01."""
+    return max(min(0.01, target / 100), 1e-8)
+
+
+def prv_error(target: float) -> float:
+    """PRV's eps_error: it returns the *upper* end of its estimate, so a coarser error only spends less
+    of the budget; 10 % of the target keeps calibrations at epsilon <= 1e-3 to seconds per evaluation."""
+    return max(min(0.01, target / 10), 1e-8)
+
+
+@lru_cache(maxsize=4096)  # a ledger repeats a few (sigma, q) over and over: each is computed once per process
+def _rdp_per_step(noise_multiplier: float, sample_rate: float, orders: tuple[float, ...]) -> np.ndarray:
+    """RDP of one Poisson-subsampled Gaussian step at each order (Opacus's analysis; T steps compose to T times it)."""
+    rdp = rdp_analysis.compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders))
+    rdp.setflags(write=False)
+    return rdp
+
+
+def _rdp_spent(history: History, delta: float, orders: tuple[float, ...]) -> tuple[float, float]:
+    """(epsilon, best order) of ``history``: Opacus's RDPAccountant.get_privacy_spent, with the per-step RDP cached."""
+    rdp = sum([_rdp_per_step(float(s), float(q), orders) * int(t) for s, q, t in history])
+    eps, order = rdp_analysis.get_privacy_spent(orders=list(orders), rdp=rdp, delta=delta)
+    return float(eps), float(order)
+
+
+def rdp_epsilon(history: History, delta: float) -> float:
+    """RDP's epsilon; the large orders are tried where Opacus's optimum sits at its largest order."""
+    with warnings.catch_warnings():  # "optimal order is the largest alpha": still a valid upper bound
+        warnings.simplefilter("ignore", UserWarning)
+        eps, order = _rdp_spent(history, delta, tuple(RDPAccountant.DEFAULT_ALPHAS))
+        if order >= max(RDPAccountant.DEFAULT_ALPHAS):
+            eps = min(eps, _rdp_spent(history, delta, tuple(RDP_ORDERS))[0])
+    return float(eps)
+
+
+def _prv(history: History, delta: float, eps_error: float, epsilon_rdp: float) -> tuple[float | None, float]:
+    """(PRV's epsilon or None, the eps_error it was computed with): see :func:`prv_epsilon`."""
+    steps = sum(t for _, _, t in history)
+    spread = math.sqrt(steps * math.log(12 / (delta / 1000)) / 2)
+    needed = 2 * (2 * epsilon_rdp) * spread / PRV_MAX_POINTS
+    if needed > eps_error:
+        if needed > 0.1 * epsilon_rdp:
+            return None, eps_error
+        eps_error = needed
+    try:
+        prv = PRVAccountant()
+        prv.history = list(history)
+        with warnings.catch_warnings():  # log(0) at the edge of PRV's domain for large q; its RDP domain estimate's
+            warnings.simplefilter("ignore", RuntimeWarning)  # "largest alpha" note: both harmless
+            warnings.simplefilter("ignore", UserWarning)
+            return float(prv.get_epsilon(delta, eps_error=eps_error)), eps_error
+    except (ValueError, RuntimeError, AssertionError, MemoryError):  # known numerical failures (opacus #591, #601)
+        return None, eps_error
+
+
+def prv_epsilon(history: History, delta: float, eps_error: float, epsilon_rdp: float) -> float | None:
+    """PRV's epsilon for a (heterogeneous) history, or None where it cannot be had.
+
+    PRV discretises the privacy loss on a grid of about 2 L / mesh points, L >= the composed epsilon
+    (estimated by RDP's) and mesh = eps_error / sqrt(N log(12 / delta_error) / 2) for N steps in all:
+    long, large-q compositions (DP-NF on a small table: q = 0.5, tens of thousands of steps) would need
+    tens of millions of points and gigabytes. The error is widened to keep the grid under
+    PRV_MAX_POINTS (the widened error is what :class:`PrivacySpend` records); if that would make it
+    coarser than 10 % of the RDP value, PRV is skipped (None) and the RDP bound stands.
+    """
+    return _prv(history, delta, eps_error, epsilon_rdp)[0]
+
+
+def pld_epsilon(history: History, delta: float, pessimistic: bool = True,
+                epsilon_rdp: float | None = None) -> float | None:
+    """PLD's epsilon (dp-accounting): an upper bound when ``pessimistic``, else a lower bound; None on failure.
+
+    Each distinct (sigma, q) is discretised once and self-composed T times; distinct ones compose by
+    convolution. Add/remove-one neighbours, as PRV and RDP. The loss is discretised every
+    PLD_INTERVAL, widened to keep about epsilon / interval <= PLD_MAX_POINTS (epsilon estimated by
+    RDP's): a coarser grid stays a valid bound, and absurd budgets (epsilon in the thousands) would
+    otherwise take gigabytes.
+    """
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    epsilon_rdp = rdp_epsilon(history, delta) if epsilon_rdp is None else epsilon_rdp
+    interval = max(PLD_INTERVAL, epsilon_rdp / PLD_MAX_POINTS)
+    total = None
+    try:
+        for sigma, q, steps in history:
+            one = _pld_of(float(sigma), float(q), int(steps), interval, pessimistic)
+            total = one if total is None else total.compose(one)
+        return None if total is None else float(total.get_epsilon_for_delta(delta))
+    except (ValueError, RuntimeError, OverflowError, MemoryError):
+        return None
+
+
+@lru_cache(maxsize=16)  # the ledger's few distinct releases, composed again at every budget check
+def _pld_of(sigma: float, q: float, steps: int, interval: float, pessimistic: bool):
+    """The PLD of ``steps`` Poisson-subsampled Gaussian steps (dp-accounting; its objects are not mutated)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    return pld.from_gaussian_mechanism(standard_deviation=sigma, sensitivity=1.0, sampling_prob=q,
+                                       pessimistic_estimate=pessimistic, value_discretization_interval=interval,
+                                       use_connect_dots=pessimistic).self_compose(steps)
+
+
+@dataclass(frozen=True)
+class Composition:
+    """Every accountant's epsilon of one history at one delta."""
+
+    prv: float | None
+    rdp: float
+    pld: float | None
+    pld_lower: float | None
+    prv_eps_error: float
+
+    @property
+    def claimed(self) -> float:
+        return self.prv if self.prv is not None else self.rdp
+
+
+def compose_history(history: History, delta: float, eps_error: float | None = None, bracket: bool = False) -> Composition:
+    """PRV (claim), RDP and PLD of ``history``; ``bracket`` also computes PLD's lower bound."""
+    return _compose(tuple((float(s), float(q), int(t)) for s, q, t in history if t > 0), delta, eps_error, bracket)
+
+
+@lru_cache(maxsize=256)  # the same ledger is composed again by the report, the summary and `privehr privacy ledger`
+def _compose(history: tuple[tuple[float, float, int], ...], delta: float, eps_error: float | None,
+             bracket: bool) -> Composition:
+    history = list(history)
+    if not history:
+        return Composition(0.0, 0.0, 0.0, 0.0, 0.0)
+    eps_rdp = rdp_epsilon(history, delta)
+    eps_prv, error = _prv(history, delta, eps_error if eps_error is not None else prv_error(eps_rdp), eps_rdp)
+    return Composition(eps_prv, eps_rdp, pld_epsilon(history, delta, True, eps_rdp),
+                       pld_epsilon(history, delta, False, eps_rdp) if bracket else None, error)
+
+
+def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
+                  target_epsilon: float | None = None) -> PrivacySpend:
+    """epsilon after ``steps`` Poisson-subsampled Gaussian steps, from PRV, RDP and PLD (bracketed)."""
+    history = [(noise_multiplier, sample_rate, steps)]
+    with warnings.catch_warnings():  # "optimal order is the largest alpha": still a valid upper bound
+        warnings.simplefilter("ignore", UserWarning)
+        eps_rdp = _rdp_spent(history, delta, tuple(RDPAccountant.DEFAULT_ALPHAS))[0]
+        if target_epsilon is None or eps_rdp > target_epsilon:  # the large orders are slower; use them if needed
+            eps_rdp = min(eps_rdp, _rdp_spent(history, delta, tuple(RDP_ORDERS))[0])
+    eps_prv, error = _prv(history, delta, prv_error(target_epsilon or eps_rdp), eps_rdp)
+    return PrivacySpend(noise_multiplier, sample_rate, steps, delta, eps_prv, eps_rdp, target_epsilon,
+                        pld_epsilon(history, delta, True, eps_rdp), pld_epsilon(history, delta, False, eps_rdp), error)
+
+
+def _sigma_for(accountant: str, target_epsilon: float, delta: float, sample_rate: float, steps: int):
+    options = [{}, {"alphas": RDP_ORDERS}] if accountant == "rdp" else [{"eps_error": prv_error(target_epsilon)}]
+    for extra in options:  # RDP: Opacus's orders first (fast), the large orders only where those cannot reach
+        try:
+            with warnings.catch_warnings():  # RDP's "largest alpha" note; PRV's log(0) at its domain edge
+                warnings.simplefilter("ignore", UserWarning)
+                warnings.simplefilter("ignore", RuntimeWarning)
+                return get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta,
+                                            sample_rate=sample_rate, steps=steps, accountant=accountant,
+                                            epsilon_tolerance=_tolerance(target_epsilon), **extra)
+        except (ValueError, RuntimeError, AssertionError):
+            continue
+    return None
+
+
+def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, steps: int) -> PrivacySpend:
+    """Smallest sigma (to Opacus's tolerance) for which PRV and RDP both give epsilon <= target
+    (PRV alone where the target is below what RDP can certify at any sigma).
+
+    RDP's bisection is cheap and RDP is almost always the looser bound, so its sigma is found first
+    and PRV is only evaluated there; PRV's own (slow) bisection runs only if PRV still exceeds the
+    target at that sigma.
+    """
+    target_epsilon = check_target_epsilon(target_epsilon)
+    sigma = _sigma_for("rdp", target_epsilon, delta, sample_rate, steps)
+    spend = epsilon_spent(sigma, sample_rate, steps, delta, target_epsilon) if sigma else None
+    if spend is None or spend.epsilon_prv is None or spend.epsilon_prv > target_epsilon:
+        sigma_prv = _sigma_for("prv", target_epsilon, delta, sample_rate, steps)
+        candidates = [s for s in (sigma, sigma_prv) if s is not None]
+        if not candidates:
+            raise RuntimeError(f"no accountant can reach epsilon {target_epsilon} at delta {delta} with q = "
+                               f"{sample_rate:.4g} and {steps} steps; raise the target or change q and steps")
+        spend = epsilon_spent(max(candidates), sample_rate, steps, delta, target_epsilon)
+    binding = [spend.epsilon_prv] + ([spend.epsilon_rdp] if sigma is not None else [])
+    if any(e is not None and e > target_epsilon for e in binding):
+        raise RuntimeError(f"calibration failed: sigma {spend.noise_multiplier} gives epsilon {spend.as_dict()} "
+                           f"above the target {target_epsilon}")
+    return spend

@@ -1,0 +1,221 @@
+"""The training-method registry: names agree with the config, the grid is what each method declares, every
+registered method passes the same contract (plan, fit, evaluate; pure), and adding one is one module."""
+
+import os
+from typing import ClassVar, get_args
+
+import numpy as np
+import pytest
+import torch
+
+from privehr.core.config import Cell, Method, PrivacyConfig, TrainingConfig, load_config
+from privehr.models.methods import (TRAINING_METHODS, CellData, Evaluation, FitSpec, Release, TrainingMethod,
+                                    create_method, get_method, grid, register_method, seeds_of)
+from privehr.models.privacy.ledger import GUARANTEES, LedgerEntry
+from privehr.models.privacy.randomness import NoiseSource
+from privehr.models.privacy.release_plan import ReleasePlan
+
+
+def test_every_declared_method_is_registered_and_no_other():
+    assert set(TRAINING_METHODS) == set(get_args(Method))
+    assert all(issubclass(m, TrainingMethod) and m.name == name for name, m in TRAINING_METHODS.items())
+
+
+def test_an_undeclared_or_repeated_method_is_refused():
+    class Unknown(TrainingMethod):
+        name = "gradient_free"
+
+    with pytest.raises(ValueError, match="not declared"):
+        register_method(Unknown)
+    with pytest.raises(ValueError, match="registered twice"):
+        register_method(get_method("dp_sgd"))
+    with pytest.raises(ValueError, match="unknown training method"):
+        get_method("gradient_free")
+
+
+def test_the_grid_is_what_each_method_declares():
+    training = TrainingConfig(losses=["bce", "l2"], seeds=3,
+                              expm_nf={"models": ["grud"], "epsilons": [0.5, 2.0], "seeds": 5},
+                              dp_sgd={"epsilons": [1.0, 4.0, 8.0]})
+    cells = grid(training, ["mort_icu", "los_3"])
+    by_method = {m: [c for c in cells if c.method == m] for m in TRAINING_METHODS}
+    # non-private: every model x loss, no epsilon; DP-SGD: x its epsilons; ExpM+NF: its models, l2 only, eps~
+    assert len(by_method["non_private"]) == 2 * 2 * 2 and {c.target_epsilon for c in by_method["non_private"]} == {None}
+    assert len(by_method["dp_sgd"]) == 2 * 2 * 2 * 3
+    assert {(c.model, c.loss) for c in by_method["expm_nf"]} == {("grud", "l2")}
+    assert sorted({c.target_epsilon for c in by_method["expm_nf"]}) == [0.5, 2.0]
+    assert {seeds_of(c, training) for c in by_method["expm_nf"]} == {5}
+    assert {seeds_of(c, training) for c in by_method["dp_sgd"]} == {3}
+    assert len({c.cell_id for c in cells}) == len(cells)
+
+
+@pytest.mark.parametrize("profile", ["demo", "full"])
+def test_the_profiles_grids(profile):
+    config = load_config(profile=profile)
+    t = config.training
+    gradient = len(t.models) * len(t.losses) * (("non_private" in t.methods) + len(t.dp_sgd.epsilons))
+    expm = len(t.expm_nf.models) * len(t.expm_nf.epsilons) * ("expm_nf" in t.methods)
+    cells = grid(t, config.labels)
+    assert len(cells) == len(config.labels) * (gradient + expm)
+    assert sum(seeds_of(c, t) for c in cells) == len(config.labels) * (gradient * t.seeds
+                                                                       + expm * (t.expm_nf.seeds or t.seeds))
+
+
+@pytest.mark.parametrize("reproducible,budget,what,expected", [
+    (False, 1, "final fit", "dp"), (False, 4, "final fit", "tuned"), (False, 4, "search trial 2", "dp"),
+    (True, 1, "final fit", "reproducible")])
+def test_dp_sgd_guarantees(reproducible, budget, what, expected):
+    privacy, training = PrivacyConfig(reproducible_noise=reproducible), TrainingConfig(search_budget=budget)
+    assert create_method("dp_sgd", training, privacy).guarantee(what) == expected
+    assert create_method("dp_sgd", training, privacy).reserves_search_trials() == (budget > 1)
+    assert create_method("non_private", training, privacy).guarantee(what) == "non_private"
+    assert create_method("expm_nf", training, privacy).guarantee(what) == "unproven"
+
+
+def test_planned_entries_are_the_plans_ledger_entries():
+    training, privacy = TrainingConfig(), PrivacyConfig()
+    cells = {c.method: c for c in grid(training, ["mort_icu"]) if c.model == "logistic_regression"}
+    dp = create_method("dp_sgd", training, privacy)
+    spec = FitSpec(cells["dp_sgd"], dp.default_hyperparameters(cells["dp_sgd"]))
+    plan = dp.plan(spec, 500)
+    hp = spec.hyperparameters
+    assert plan == ReleasePlan.for_epochs(500, hp["batch_size"], hp["epochs"], target_epsilon=cells["dp_sgd"].target_epsilon,
+                                          delta=privacy.delta, max_grad_norm=hp["max_grad_norm"])
+    entry = dp.entry(spec, plan)
+    assert entry == plan.ledger_entry("dp", "final fit") and entry.epsilon <= cells["dp_sgd"].target_epsilon
+    expm = create_method("expm_nf", training, privacy)
+    e = expm.entry(FitSpec(cells["expm_nf"], {}), expm.plan(FitSpec(cells["expm_nf"], {}), 500))
+    assert (e.mechanism, e.epsilon, GUARANTEES[e.guarantee or "unproven"]) == (
+        "expm_nf", cells["expm_nf"].target_epsilon, GUARANTEES["unproven"])
+    plain = create_method("non_private", training, privacy)
+    assert plain.plan(FitSpec(cells["non_private"], {}), 500) is None
+    assert plain.entry(FitSpec(cells["non_private"], {}), None).mechanism == "non_private"
+
+
+def test_a_search_over_the_clipping_norm_keeps_the_reserved_sigma_q_and_t():
+    plan = ReleasePlan.for_epochs(500, 100, 2, target_epsilon=1.0, delta=1e-5, max_grad_norm=1.0)
+    clipped = plan.clipped_at(0.3)
+    assert clipped.max_grad_norm == 0.3 and clipped.spend is plan.spend
+    assert (clipped.noise_multiplier, clipped.sample_rate, clipped.steps) == (plan.noise_multiplier,
+                                                                             plan.sample_rate, plan.steps)
+
+
+def test_defaults_and_search_spaces_come_from_the_config_and_the_method():
+    training = TrainingConfig(dp_sgd={"epochs": 7}, non_private={"max_epochs": 11}, grud={"hidden_size": 12})
+    cells = {(c.model, c.method): c for c in grid(training, ["mort_icu"])}
+    assert create_method("dp_sgd", training).default_hyperparameters(cells[("grud", "dp_sgd")])["epochs"] == 7
+    assert create_method("non_private", training).default_hyperparameters(
+        cells[("logistic_regression", "non_private")])["epochs"] == 11
+    for (model, method), cell in cells.items():
+        hp = create_method(method, training).default_hyperparameters(cell)
+        assert (hp.get("hidden_size") == 12) == (model == "grud")
+        space = create_method(method, training).search_space(cell)
+        assert set(space) <= set(hp) | {"l1"}
+        if method == "dp_sgd":  # a DP-SGD search never touches what sets the privacy plan
+            assert not {"batch_size", "epochs"} & set(space)
+
+
+# --- the contract every registered method keeps (scikit-learn's check_estimator, in small) -------------------------
+
+def _data(n: int = 96, n_vars: int = 2, n_hours: int = 3, seed: int = 0, dev: bool = False) -> CellData:
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=(n, n_hours, n_vars)).astype(np.float32)
+    y = torch.tensor((values[:, :, 0].mean(1) + 0.3 * rng.normal(size=n) > 0).astype(np.float32))
+    from privehr.models.classifiers import classifier_inputs
+    inputs = classifier_inputs("logistic_regression", values, np.ones_like(values), np.zeros_like(values))
+    return CellData(inputs, y, n_vars, n_hours, (inputs, y) if dev else None)
+
+
+SMALL = TrainingConfig(non_private={"max_epochs": 2, "batch_size": 32}, dp_sgd={"epochs": 1, "batch_size": 32},
+                       expm_nf={"steps": 3, "samples": 4, "eval_samples": 6, "layers": 1})
+
+
+@pytest.mark.parametrize("name", sorted(TRAINING_METHODS))
+def test_every_method_plans_fits_and_evaluates_purely(name, tmp_path, monkeypatch, one_thread):
+    """The same checks for every registered method: its plan's entry is the release's entry, fit returns a Release
+    whose state can be saved, evaluate scores held-out records, and neither writes a file."""
+    monkeypatch.chdir(tmp_path)
+    method = create_method(name, SMALL, PrivacyConfig())
+    cell = next(c for c in grid(SMALL, ["mort_icu"]) if c.method == name and c.model == "logistic_regression")
+    spec = FitSpec(cell, method.default_hyperparameters(cell), seed=1)
+    data = _data()
+    plan = method.plan(spec, len(data))
+    assert plan is None or plan.n == len(data)
+    release = method.fit(spec, data, plan, NoiseSource.reproducible("contract", name))
+    assert isinstance(release, Release) and isinstance(release.entry, LedgerEntry)
+    assert release.entry == method.entry(spec, plan)  # what is recorded is what was reserved
+    torch.save(release.state_, tmp_path / "state.pt")  # the state is plain tensors and numbers
+    held_out = _data(seed=2)
+    evaluation = method.evaluate(release, held_out.inputs, held_out.y)
+    assert isinstance(evaluation, Evaluation) and 0 <= evaluation.metrics["auroc"] <= 1
+    assert evaluation.probabilities.shape == (len(held_out),)
+    assert sorted(os.listdir(tmp_path)) == ["state.pt"]  # pure: the method wrote nothing
+
+
+# --- adding a method: one module, its name in the config, its test ---------------------------------------------
+
+class Prior(TrainingMethod):
+    """A toy method, as a new module would define it: predicts the training prevalence (non-private)."""
+
+    name: ClassVar[str] = "prior"
+
+    def default_hyperparameters(self, cell):
+        return {}
+
+    def guarantee(self, what="final fit"):
+        return "non_private"
+
+    def fit(self, spec, data, plan, noise):
+        rate = float(data.y.mean())
+        return Release(self.entry(spec, plan), {"rate": rate}, {"epochs": None})
+
+    def evaluate(self, release, inputs, y):
+        from privehr.models.evaluation.metrics import binary_metrics
+        probabilities = np.full(len(y), release.state_["rate"])
+        return Evaluation(binary_metrics(y.cpu().numpy(), probabilities), probabilities)
+
+
+def test_a_toy_method_registered_like_a_new_module_trains_through_the_tasks(tmp_path, monkeypatch):
+    """Declared (its name in the config's Method literal: patched here) and registered, the toy method is found
+    by the grid, planned and reserved by the budget check and fitted by the training task: no other file knows it."""
+    from privehr.core.config import PipelineConfig
+    from privehr.io.privacy_ledger import Ledger, read_ledger, reserve
+    from privehr.models.privacy.release_plan import Reserved
+    from privehr.tasks import train
+
+    monkeypatch.setattr(TRAINING_METHODS, "declared", (*TRAINING_METHODS.declared, "prior"))
+    monkeypatch.setattr(TRAINING_METHODS, "_items", dict(TRAINING_METHODS._items))
+    register_method(Prior)
+    cell = Cell.model_construct(label="mort_icu", model="logistic_regression", method="prior", loss="bce",
+                                target_epsilon=None)
+    method = create_method("prior", SMALL)
+    assert method.trains("logistic_regression") and method.epsilons() == [None]
+    data = _data()
+    monkeypatch.setattr(train, "_data", lambda features_dir, splits, c, device: data)
+    config = PipelineConfig.model_validate({"privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")}})
+    reservations, _, _ = reserve(Ledger(config.privacy.ledger_path), "toy", "run", {
+        "prior/seed0": method.entry(FitSpec(cell, {}), None)}, None, config.privacy.delta, False, "toy")
+    monkeypatch.setattr(train, "_result_key", lambda *parts: "key")
+    import pydantic
+    # the config's Method literal with the toy's name added (a new module adds it in privehr.core.config.base)
+    monkeypatch.setattr(train, "FitRow", pydantic.create_model("ToyRow", __base__=train.FitRow, method=(str, ...)))
+    monkeypatch.setattr(train, "save_predictions", lambda *args: None)
+    row = train.fit_and_evaluate.fn("features", cell, {}, 0, SMALL, config.privacy, str(tmp_path),
+                                    Reserved(reservations["prior/seed0"]), "cpu")
+    assert row["method"] == "prior" and row["guarantee"] == GUARANTEES["non_private"]
+    assert [e.what for e in read_ledger(tmp_path / "ledger.jsonl") if e.status == "released"] == ["final fit"]
+
+
+def test_every_call_of_a_method_or_synthesizer_takes_at_most_five_arguments():
+    """Settings live in ``__init__``; a release's calls take the release (spec or job), its data, plan and noise."""
+    import inspect
+
+    from privehr.models.synthesis import SYNTHESIZERS
+
+    for registry in (TRAINING_METHODS, SYNTHESIZERS):
+        for name, cls in registry.items():
+            for attribute, member in inspect.getmembers(cls, inspect.isfunction):
+                if attribute.startswith("__") and attribute != "__init__":
+                    continue
+                parameters = [p for p in inspect.signature(member).parameters if p != "self"]
+                assert len(parameters) <= 5, f"{name}.{attribute} takes {len(parameters)} arguments"

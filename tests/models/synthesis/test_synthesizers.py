@@ -1,0 +1,85 @@
+"""The synthesizer registry: names agree with the config, each synthesizer plans the ledger entry its release
+records (a flow's DP-SGD plan at the job's budget; a marginal baseline's (epsilon, delta)), and every registered
+synthesizer passes the same contract (plan, fit by that plan, tables; pure)."""
+
+import os
+from typing import get_args
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from privehr.core.config import MARGINAL_SYNTHESIZERS, SynthesisConfig, Synthesizer
+from privehr.core.specs import load_ehr_spec
+from privehr.models.privacy.budget_kinds import budget_kind
+from privehr.models.privacy.randomness import NoiseSource
+from privehr.models.synthesis import SYNTHESIZERS, SynthesisData, Synthesized, create_synthesizer, get_synthesizer
+from privehr.models.synthesis.marginal import marginal_available
+
+
+def test_every_declared_synthesizer_is_registered_and_the_baselines_are_the_marginal_ones():
+    assert set(SYNTHESIZERS) == set(get_args(Synthesizer))
+    assert {name for name, s in SYNTHESIZERS.items() if s.needs_baselines} == set(MARGINAL_SYNTHESIZERS)
+    with pytest.raises(ValueError, match="unknown synthesizer"):
+        get_synthesizer("ctgan")
+
+
+@pytest.mark.parametrize("name", ["maf", "hflow"])
+def test_a_flow_plans_its_dp_sgd_release_at_the_jobs_budget(name):
+    config = SynthesisConfig(synthesizers=[name])
+    flow = create_synthesizer(name, config)
+    settings = config.dpnf if name == "maf" else config.hflow
+    jobs = {(j["budget"]["kind"], j["budget"]["value"]): j for j in config.jobs()}  # one per budget: plans cost seconds
+    for job in jobs.values():
+        budget = job["budget"]
+        plan = flow.plan(job, 60)
+        entry = flow.entry(job, plan, "dp")
+        expected = budget_kind(budget["kind"]).plan(60, settings.sample_rate, settings.steps, budget["value"],
+                                                    delta=config.privacy.delta, max_grad_norm=settings.max_grad_norm)
+        if expected is None:
+            assert entry.mechanism == "non_private" and plan is None
+        else:
+            assert plan == expected and entry == expected.ledger_entry("dp", flow.what) and entry.mechanism == "dp_sgd"
+
+
+@pytest.mark.parametrize("name", ["aim", "mst"])
+def test_a_marginal_baseline_is_an_epsilon_delta_release(name):
+    config = SynthesisConfig(synthesizers=[name], epsilons=[2.0])
+    jobs = config.jobs()  # the baselines take the epsilon budgets only
+    assert {(j["budget"]["kind"], j["budget"]["value"]) for j in jobs} == {("epsilon", 2.0)}
+    job = jobs[0]
+    synthesizer = create_synthesizer(name, config)
+    assert synthesizer.plan(job, 60) is None
+    entry = synthesizer.entry(job, None, "dp")
+    assert (entry.mechanism, entry.epsilon, entry.delta) == ("dp", 2.0, config.privacy.delta)
+
+
+def test_only_the_maf_scaled_by_training_statistics_needs_no_bounds():
+    assert not create_synthesizer("maf", SynthesisConfig(scaling="train")).needs_bounds()
+    assert create_synthesizer("maf", SynthesisConfig(scaling="bounds")).needs_bounds()
+    assert all(create_synthesizer(s, SynthesisConfig(scaling="train")).needs_bounds() for s in ("hflow", "aim", "mst"))
+
+
+@pytest.mark.parametrize("name", sorted(SYNTHESIZERS))
+def test_every_synthesizer_fits_by_its_plan_and_writes_nothing(name, tmp_path, monkeypatch, one_thread):
+    """The same checks for every registered synthesizer, on a small table of the bundled Harrod spec."""
+    if SYNTHESIZERS[name].needs_baselines and not marginal_available():
+        pytest.skip("private-pgm (privehr[baselines]) is not installed")
+    monkeypatch.chdir(tmp_path)
+    spec = load_ehr_spec("harrod_ehr")
+    attributes = list(spec.bounds())[:3]
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({a: rng.uniform(*spec.bounds()[a].code_range(), size=80) for a in attributes})
+    for a in attributes:
+        if spec.bounds()[a].kind != "numeric":
+            table[a] = table[a].round()
+    config = SynthesisConfig(synthesizers=[name], epsilons=[4.0], mus=[], releases=2,
+                             dpnf={"steps": 3}, hflow={"steps": 3}, marginal={"bins": 4})
+    synthesizer = create_synthesizer(name, config)
+    job = next(j for j in config.jobs() if j["synthesizer"] == name and j["budget"]["kind"] == "epsilon")
+    plan = synthesizer.plan(job, 60)
+    noise = NoiseSource.reproducible("contract", name)
+    done = synthesizer.fit(job, SynthesisData(table[:60], table[60:], attributes, spec, 25, 3), plan, noise)
+    assert isinstance(done, Synthesized) and done.entry == synthesizer.entry(job, plan, done.guarantee)
+    assert len(done.tables) == 2 and all(len(t) == 25 and list(t.columns) == attributes for t in done.tables)
+    assert os.listdir(tmp_path) == []  # pure: the task saves the state and the tables
