@@ -78,9 +78,10 @@ def test_planned_entries_are_the_plans_ledger_entries():
     dp = create_method("dp_sgd", training, privacy)
     spec = FitSpec(cells["dp_sgd"], dp.default_hyperparameters(cells["dp_sgd"]))
     plan = dp.plan(spec, 500)
-    hp = spec.hyperparameters
-    assert plan == ReleasePlan.for_epochs(500, hp["batch_size"], hp["epochs"], target_epsilon=cells["dp_sgd"].target_epsilon,
-                                          delta=privacy.delta, max_grad_norm=hp["max_grad_norm"])
+    hp = spec.hyperparameters  # the plan of ReleasePlan.for_epochs at the cell's target (one calibration, not two)
+    assert (plan.n, plan.expected_batch, plan.steps, plan.target_epsilon, plan.delta, plan.max_grad_norm) == (
+        500, hp["batch_size"], hp["epochs"] * -(-500 // hp["batch_size"]), cells["dp_sgd"].target_epsilon,
+        privacy.delta, hp["max_grad_norm"])
     entry = dp.entry(spec, plan)
     assert entry == plan.ledger_entry("dp", "final fit") and entry.epsilon <= cells["dp_sgd"].target_epsilon
     expm = create_method("expm_nf", training, privacy)

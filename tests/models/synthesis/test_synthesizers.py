@@ -26,7 +26,7 @@ def test_every_declared_synthesizer_is_registered_and_the_baselines_are_the_marg
 
 @pytest.mark.parametrize("name", ["maf", "hflow"])
 def test_a_flow_plans_its_dp_sgd_release_at_the_jobs_budget(name):
-    config = SynthesisConfig(synthesizers=[name])
+    config = SynthesisConfig(synthesizers=[name], dpnf={"steps": 40}, hflow={"steps": 40})  # cheap calibrations
     flow = create_synthesizer(name, config)
     settings = config.dpnf if name == "maf" else config.hflow
     jobs = {(j["budget"]["kind"], j["budget"]["value"]): j for j in config.jobs()}  # one per budget: plans cost seconds
