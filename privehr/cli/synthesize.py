@@ -8,7 +8,7 @@ from pathlib import Path
 
 from privehr.cli.common import add_release_run_options, emit, no_prefect_analytics, release_run_settings
 from privehr.core.config import SynthesisConfig
-from privehr.core.errors import InputError
+from privehr.core.errors import InputError, settings_error
 
 __all__ = ["add_synthesize_parser"]
 
@@ -55,7 +55,7 @@ def synthesize_command(args) -> int:
     try:
         config = SynthesisConfig.model_validate(raw)
     except ValueError as err:
-        raise InputError(f"invalid synthesize settings: {err}") from None
+        raise settings_error(err, "synthesize settings (--config and options)", raw) from None
     # deferred for start-up time (prefect, torch, pandas)
     from privehr.tasks.synthesis import check_synthesis_inputs
     from privehr.tasks.versioning import pull_inputs
