@@ -34,7 +34,7 @@ from privehr.models.column_codec import TableCodec
 from privehr.models.derived_columns import add_derived
 from privehr.models.marginal_synthesis import marginal_available
 from privehr.models.noisy_count import noisy_count
-from privehr.models.privacy_ledger import GUARANTEES, LedgerEntry
+from privehr.models.privacy_ledger import LedgerEntry, guarantee_label
 from privehr.models.randomness import NoiseSource, public_seed
 from privehr.models.release_plan import ReleasePlan
 from privehr.tasks.compute import share_cores
@@ -42,7 +42,7 @@ from privehr.tasks.run_logging import run_logger
 from privehr.tasks.synthesizers import SynthesisJob, get_synthesizer
 
 __all__ = ["synthesize", "imputed_tables", "release_patient_count", "synthetic_rows", "COUNT_KEY",
-           "needs_noisy_count", "check_synthesis_inputs", "job_plan", "planned_entry"]
+           "needs_noisy_count", "check_synthesis_inputs", "check_imputed_targets", "job_plan", "planned_entry"]
 
 COUNT_KEY = "patient-count"  # the reservation of the noisy patient count
 
@@ -113,6 +113,30 @@ def check_synthesis_inputs(config: SynthesisConfig) -> None:
                          "'privehr[baselines]', or leave them out of synthesizers")
 
 
+def check_imputed_targets(run_dir: str | Path, config: SynthesisConfig) -> None:
+    """Refuse, before the budget check, targets the utility report cannot use: one dropped by the missingness rule,
+    or a classification target with one class among the training or the test patients (its TSTR would be nan).
+    Counts only: which class is never said."""
+    spec = load_ehr_spec(config.spec)
+    label, target, _ = config.targets(spec)
+    fix = ("Fix: name another target (--classification-target / --regression-target, or the spec's targets), or "
+           "none for a fidelity-only report")
+    for i in range(config.mice.m):
+        train, test, _ = imputed_tables(run_dir, i)
+        for role, name in (("classification", label), ("regression", target)):
+            if name is not None and name not in train:
+                raise InputError(f"{spec.name}: the {role} target {name!r} was dropped before synthesis (missing in "
+                                 f"too many records, or every value quarantined); nothing was spent. {fix}")
+        if label is None:
+            continue
+        for part, rows in (("training", train), ("test", test)):
+            classes = rows[label].dropna().astype(float).round().clip(0, 1).nunique()
+            if classes < 2:
+                raise InputError(f"{spec.name}: the classification target {label!r} has one class among the "
+                                 f"{len(rows)} {part} patients (imputation {i}), so no classifier can be trained or "
+                                 f"scored; nothing was spent. {fix}")
+
+
 def _decoded_tables(raw: pd.DataFrame, codec: TableCodec) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """(raw table without non-finite rows, the table decoded to the spec's types with categories, rows dropped)."""
     finite = np.isfinite(raw.to_numpy(float)).all(axis=1)
@@ -172,13 +196,14 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reservation: st
             add_derived(part, spec.derived).to_csv(out_dir / name, index=False)
             files.append({"release": k, "truncated": name.endswith("-truncated.csv"), "path": str(out_dir / name)})
     record = {"job": job, "synthesizer": synthesizer, "budget_label": budget.label, **release_dict,
-              "guarantee": GUARANTEES[guarantee],
+              "guarantee": guarantee_label(guarantee, release_dict.get("epsilon"), config.privacy.epsilon_ceiling),
               **({"patients_delivered": summary["decisions"]["records_read"]} if spec.public_patient_count else {}),
               "rows_per_table": rows, "test_log_likelihood": done.held_out,
               "nonfinite_rows_dropped": nonfinite, "scaling": scaling_record, "releasable": releasable, "files": files,
               **done.extra, "model": done.model}
     path.write_text(strict_dumps(record, indent=2, default=float))
     run_logger().info("synthesize %s: %s %s (%s), epsilon %s; %d tables (%d non-finite rows dropped)",
-                      job["job_id"], synthesizer, release_dict["mechanism"], GUARANTEES[guarantee],
+                      job["job_id"], synthesizer, release_dict["mechanism"],
+                      guarantee_label(guarantee, release_dict.get("epsilon"), config.privacy.epsilon_ceiling),
                       release_dict.get("epsilon"), config.releases, nonfinite)
     return str(path)
