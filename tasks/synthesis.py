@@ -29,7 +29,8 @@ from privehr.core.errors import InputError
 from privehr.core.run_layout import RunLayout
 from privehr.core.specs import check_targets, load_ehr_spec
 from privehr.core.strict_json import strict_dumps
-from privehr.io.privacy_ledger import record_release
+from privehr.io.ehr_table import read_ehr_table
+from privehr.io.privacy_ledger import Ledger, record_release
 from privehr.models.column_codec import TableCodec
 from privehr.models.derived_columns import add_derived
 from privehr.models.marginal_synthesis import marginal_available
@@ -42,7 +43,8 @@ from privehr.tasks.run_logging import run_logger
 from privehr.tasks.synthesizers import SynthesisJob, get_synthesizer
 
 __all__ = ["synthesize", "imputed_tables", "release_patient_count", "synthetic_rows", "COUNT_KEY",
-           "needs_noisy_count", "check_synthesis_inputs", "check_imputed_targets", "job_plan", "planned_entry"]
+           "needs_noisy_count", "check_synthesis_inputs", "check_imputed_targets",
+           "check_synthesis_table", "job_plan", "planned_entry"]
 
 COUNT_KEY = "patient-count"  # the reservation of the noisy patient count
 
@@ -111,6 +113,21 @@ def check_synthesis_inputs(config: SynthesisConfig) -> None:
     if marginal and not marginal_available():
         raise InputError(f"the baselines {', '.join(marginal)} need private-pgm (mbi >= 2): pip install "
                          "'privehr[baselines]', or leave them out of synthesizers")
+
+
+def check_synthesis_table(config: SynthesisConfig) -> None:
+    """Before Prefect starts and before any run directory exists: the ledger's chain (a tampered ledger is named
+    now, not after imputation), the table read through its spec (layout, encoding, separator, a quarantine that
+    empties or guts it) and a classification target with a single class among its records. Reads, writes nothing."""
+    Ledger(config.privacy.ledger_path).state()
+    spec = load_ehr_spec(config.spec)
+    frame = read_ehr_table(config.path, spec).frame
+    label = config.targets(spec)[0]
+    if label is not None and label in frame and frame[label].dropna().nunique() < 2:
+        raise InputError(f"{spec.name}: the classification target {label!r} has one class among the {len(frame)} "
+                         "kept records, so no classifier can be trained or scored; nothing was spent. Fix: name "
+                         "another target (--classification-target, or the spec's targets), or none for a "
+                         "fidelity-only report")
 
 
 def check_imputed_targets(run_dir: str | Path, config: SynthesisConfig) -> None:

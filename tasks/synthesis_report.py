@@ -54,6 +54,8 @@ def synthesis_results(record_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFra
         tables += [release | {k: v for k, v in row.items() if not k.startswith("per_column") and k != "tstr_per_classifier"}
                    for row in evaluation["rows"]]
     tables, releases = pd.DataFrame(tables), pd.DataFrame(releases)
+    # a table whose every sampled row was non-finite has no fidelity: its columns are empty, never absent
+    tables = tables.reindex(columns=list(dict.fromkeys([*tables.columns, *FIDELITY, *MIXED])))
     if releases["synthesizer"].nunique() > 1:  # one column per (synthesizer, budget)
         for frame in (tables, releases):
             frame["budget_label"] = frame["synthesizer"] + " " + frame["budget_label"]

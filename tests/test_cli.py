@@ -227,3 +227,16 @@ def test_the_ledger_follows_artifacts_dir_unless_it_is_set(tmp_path, monkeypatch
     # a saved config (every field set) loads again as it was
     again = PipelineConfig.model_validate(pipeline.model_dump(mode="json"))
     assert again.privacy.ledger_path == pipeline.privacy.ledger_path
+
+
+@pytest.mark.parametrize("argv", [["config", "--schema"], ["config", "--json"], ["--help"]])
+def test_a_closed_pipe_ends_the_command_quietly(argv):
+    """`privehr config --json | head`: the reader goes away; the command ends with status 0 and no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "privehr", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(10)  # what head -c 10 takes, then the reader is gone
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err

@@ -50,6 +50,9 @@ _KNOWN = {
 }
 
 
+_WHOLE = ""  # an error of the whole file (a check across fields): its message names the fields
+
+
 def _item(raw, index: int):
     return raw[index] if isinstance(raw, list) and 0 <= index < len(raw) else None
 
@@ -72,7 +75,7 @@ def _field(loc: tuple, raw) -> str:
     text = ""
     for i, segment in enumerate(segments):
         text += segment if i == 0 else (", " if " " in segments[i - 1] else ".") + segment
-    return text or "the file"
+    return text or _WHOLE
 
 
 # fields whose own rule is the fix
@@ -109,7 +112,8 @@ def problem_lines(err, source: str, raw=None) -> list[str]:
         # the first problem of each field (a union's alternatives would repeat it once per type)
         where = _field(tuple(p for p in error.get("loc", ()) if isinstance(p, int) or not _type_tag(p)), raw)
         what, fix = _problem(error)
-        lines.setdefault(where, f"{source}: {where}: {what}" + (f". Fix: {fix}" if fix else ""))
+        lines.setdefault(where, f"{source}: " + ("" if where == _WHOLE else f"{where}: ") + what
+                         + (f". Fix: {fix}" if fix else ""))
     return list(lines.values())
 
 

@@ -83,8 +83,13 @@ def _raw_attributes(path: Path, spec: EHRTableSpec) -> pd.DataFrame:
     _check_delimiter(path, spec)
     try:
         raw = pd.read_csv(path, header=0 if spec.file.header else None, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise InputError(f"{spec.name}: {path} cannot be parsed as CSV ({err}).") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{spec.name}: {path} is not UTF-8 text (a UTF-16 or Latin-1 export?). Fix: export the "
+                         "table again as UTF-8 CSV.") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        detail = " ".join(str(err).split())  # pandas names line numbers and field counts, never a cell
+        raise InputError(f"{spec.name}: {path} cannot be parsed as CSV ({detail}). Fix: give every row the header's "
+                         "number of fields (check quoting and separators).") from None
     names = set(spec.bounds()) | ({spec.id_column} if spec.id_column else set())
     first_column = set(raw.iloc[:, 0].str.strip()) if raw.shape[1] else set()
     first_row = set((raw.columns if spec.file.header else raw.iloc[0] if len(raw) else []))
