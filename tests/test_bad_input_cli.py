@@ -313,6 +313,8 @@ def test_bad_input_is_one_message_and_leaks_nothing(case, outcomes):
         assert needle.encode() not in dump, f"{needle} in Prefect's database"
     if case in FLOWS_RAN:
         assert b"privehr-" in dump  # positive control: the flow ran on this database, and the scan read it
+    if case == "delta_half":  # its run started the ledger: a fresh budget is never silent
+        assert f"a NEW ledger was started at {run['ledger']}" in run["out"].stderr
 
 
 def _check(case, status, words, raw, before, out, run) -> None:

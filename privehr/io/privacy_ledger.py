@@ -286,7 +286,12 @@ class Ledger:
             if self._head() is not None:
                 raise LedgerTampered(self.path, 1, "the ledger file is gone but its head records lines")
             return ChainState([], 0, 0, None)
-        with open(self.path) as fh:
+        try:
+            fh = open(self.path)
+        except OSError as err:
+            raise InputError(f"the privacy ledger {self.path} is not writable ({err.strerror}); nothing was read or "
+                             "trained. Make it writable, or point privacy.ledger_path at a writable file.") from None
+        with fh:
             fcntl.flock(fh, fcntl.LOCK_SH)
             lines = fh.read().splitlines()
             return self._verified(lines)
