@@ -8,11 +8,13 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from privehr.core.config import AuditConfig
 from privehr.tasks.audit import evaluate_attacks, plan_audit, train_shadow
+from privehr.io.permissions import private_run
 
 __all__ = ["audit"]
 
 
 @flow(name="privehr-audit", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=2))
+@private_run  # umask 077: every file of the run owner-only
 def audit(config: AuditConfig) -> dict:
     """Attack shadow models trained like the audited run's models; return aggregate attack results."""
     work, reservation = plan_audit(config)

@@ -8,11 +8,13 @@ from privehr.core.config import EHRPrepareConfig
 from privehr.tasks.impute import impute_ehr
 from privehr.tasks.run_directory import create_run_directory
 from privehr.tasks.validate import validate_delivery
+from privehr.io.permissions import private_run
 
 __all__ = ["ehr_prepare"]
 
 
 @flow(name="privehr-ehr-prepare", log_prints=False)
+@private_run  # umask 077: every file of the run owner-only
 def ehr_prepare(config: EHRPrepareConfig = EHRPrepareConfig()) -> dict:
     """Validate ``config.path`` through its spec, then impute; return the run's report paths."""
     run_dir = create_run_directory(config)

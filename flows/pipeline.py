@@ -36,11 +36,13 @@ from privehr.tasks.train import fit_and_evaluate, fit_key, search_hyperparameter
 from privehr.tasks.validate import validate_delivery
 from privehr.tasks.versioning import pull_inputs, version_run
 from privehr.models.methods import grid, seeds_of
+from privehr.io.permissions import private_run
 
 __all__ = ["pipeline", "on_dask"]
 
 
 @flow(name="privehr-pipeline", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=CONCURRENT_FITS))
+@private_run  # umask 077: every file of the run owner-only
 def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     """Train and evaluate the grid of ``config`` on a MIMIC-Extract file; return the run summary."""
     data, training = config.data, config.training

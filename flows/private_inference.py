@@ -20,12 +20,14 @@ from privehr.tasks.compute import CONCURRENT_FITS
 from privehr.tasks.inference_report import write_inference_report
 from privehr.tasks.private_inference import EXACT_KEY, check_inference_budget, exact_posterior, fit_posterior, prepare_records
 from privehr.tasks.run_directory import create_run_directory, run_lock
+from privehr.io.permissions import private_run
 
 __all__ = ["private_inference"]
 
 
 @flow(name="privehr-private-inference", log_prints=False,
       task_runner=ThreadPoolTaskRunner(max_workers=CONCURRENT_FITS))
+@private_run  # umask 077: every file of the run owner-only
 def private_inference(config: InferenceConfig = InferenceConfig(), device: str = "auto") -> dict:
     """Posterior inference from private records by DP-NF-VI and by VI on DP synthetic data; return the summary."""
     run_dir = create_run_directory(config)

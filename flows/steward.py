@@ -16,11 +16,13 @@ from privehr.core.config import StewardConfig
 from privehr.tasks.run_directory import create_run_directory
 from privehr.tasks.validate import validate_delivery
 from privehr.io.validation import ValidationFailed
+from privehr.io.permissions import private_run
 
 __all__ = ["validate"]
 
 
 @flow(name="privehr-validate", log_prints=False)
+@private_run  # umask 077: every file of the run owner-only
 def validate(config: StewardConfig = StewardConfig()) -> dict:
     """Validate each of ``config.paths``; return {run_dir, deliveries: {path: validation.json}, failed, errors}."""
     run_dir = create_run_directory(config)

@@ -22,11 +22,13 @@ from privehr.tasks.synthesis_report import write_synthesis_report
 from privehr.tasks.synthetic_evaluation import evaluate_original, evaluate_release
 from privehr.tasks.validate import validate_delivery
 from privehr.tasks.versioning import pull_inputs
+from privehr.io.permissions import private_run
 
 __all__ = ["synthesize_ehr"]
 
 
 @flow(name="privehr-synthesize", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=CONCURRENT_FITS))
+@private_run  # umask 077: every file of the run owner-only
 def synthesize_ehr(config: SynthesisConfig = SynthesisConfig(), device: str = "auto") -> dict:
     """Synthesise ``config.path`` with each synthesizer over the budget grid; return the report summary."""
     check_synthesis_inputs(config)  # a wrong target or a missing bound: refused before anything is read or spent

@@ -28,13 +28,13 @@ from privehr.io.privacy_ledger import BudgetExceeded, Ledger, reserve
 from privehr.tasks.run_directory import ledger_run, read_summary
 from privehr.tasks.run_logging import run_logger
 from privehr.io.mimic_extract import read_patients
-from privehr.tasks.synthesis import COUNT_KEY, imputed_tables, needs_noisy_count, synthesizer_of
+from privehr.tasks.synthesis import COUNT_KEY, check_imputed_targets, imputed_tables, needs_noisy_count, synthesizer_of
 from privehr.models.methods import FitSpec, create_method
 from privehr.models.privacy.release_plan import ReleasePlan, Reserved
 from privehr.tasks.train import fit_key, saved_fit, saved_search, search_configurations, trial_key
 
 __all__ = ["check_privacy_budget", "check_synthesis_budget", "pipeline_dataset_id", "synthesis_dataset_id",
-           "reserve_planned", "check_delta"]
+           "reserve_planned", "check_delta", "check_ceiling"]
 
 
 def pipeline_dataset_id(config: PipelineConfig) -> str:
@@ -76,6 +76,7 @@ def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry
 def reserve_planned(run_dir: str, dataset: str, config, planned: dict[str, LedgerEntry], what: str) -> dict[str, str]:
     """Reserve ``planned``; write privacy_budget.json whether or not the budget admits it."""
     privacy = config.privacy
+    check_ceiling(planned, privacy)
     try:
         reservations, verdict, voided = reserve(Ledger(privacy.ledger_path), dataset, ledger_run(run_dir), planned,
                                                 privacy.budget_epsilon, privacy.delta, config.resume, what)
@@ -84,6 +85,18 @@ def reserve_planned(run_dir: str, dataset: str, config, planned: dict[str, Ledge
         raise
     _summary(run_dir, dataset, verdict, planned, voided, what)
     return reservations
+
+
+def check_ceiling(planned: dict[str, LedgerEntry], privacy) -> None:
+    """Refuse a planned DP release above ``privacy.epsilon_ceiling`` (a mu-GDP budget too, once converted) unless
+    ``privacy.allow_above_ceiling``: nothing is reserved or trained."""
+    over = [e.epsilon for e in planned.values()
+            if e.guarantee == "dp" and e.epsilon is not None and e.epsilon > privacy.epsilon_ceiling]
+    if over and not privacy.allow_above_ceiling:
+        raise InputError(f"{len(over)} planned release(s) would have an epsilon above privacy.epsilon_ceiling "
+                         f"{privacy.epsilon_ceiling:g} (the largest: {max(over):.4g}), which protects almost no one; "
+                         "nothing was reserved or trained. Lower the budget, or set privacy.allow_above_ceiling: true "
+                         "to make it anyway (labelled weak).")
 
 
 def check_delta(delta: float, records: int) -> None:
@@ -148,6 +161,7 @@ def check_synthesis_budget(run_dir: str, config: SynthesisConfig) -> dict[str, R
     """Plan and reserve this run's releases (flows, baselines, the noisy count) before any is trained; raise if over
     budget. Each flow's plan is built here, once, and handed to the fit that trains by it."""
     run = RunLayout(run_dir)
+    check_imputed_targets(run_dir, config)  # a target with one class: refused before anything is reserved
     n = read_summary(run_dir, "imputation").patients["train"]
     check_delta(config.privacy.delta, n)
     kind = "reproducible" if config.privacy.reproducible_noise else "dp"

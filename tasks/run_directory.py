@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import re
 import json
 import platform
 import secrets
@@ -19,7 +20,7 @@ from pydantic import BaseModel
 
 from privehr.core.records import RUN_RECORDS
 from privehr.core.run_layout import RunLayout  # noqa: E402
-from privehr.core.config import PipelineConfig
+from privehr.core.config import RUN_ID_PATTERN, PipelineConfig
 from privehr.core.errors import InputError
 from privehr.io.privacy_ledger import Ledger
 from privehr.tasks.run_logging import run_logger
@@ -47,6 +48,9 @@ def create_run_directory(config: PipelineConfig | BaseModel) -> str:
     and ``privacy``, whose ledger is proven writable here, before any private record is read)."""
     run_id = config.run_id or new_run_id()
     run_dir = Path(config.artifacts_dir) / run_id
+    if not re.fullmatch(RUN_ID_PATTERN, run_id) or run_dir.resolve().parent != Path(config.artifacts_dir).resolve():
+        raise InputError(f"run id {run_id!r} does not name one directory inside {config.artifacts_dir}; use letters, "
+                         "digits, '.', '_' and '-', starting with a letter or digit")
     unwritable = lambda err: InputError(  # noqa: E731
         f"cannot create the run directory {run_dir} ({err.strerror}); make {Path(config.artifacts_dir)} writable or "
         "pass another artifacts directory")
@@ -55,7 +59,11 @@ def create_run_directory(config: PipelineConfig | BaseModel) -> str:
     except OSError as err:
         raise unwritable(err) from None
     if getattr(config, "privacy", None) is not None:
-        Ledger(config.privacy.ledger_path).check_writable()
+        ledger = Ledger(config.privacy.ledger_path)
+        if ledger.check_writable():  # a fresh budget is never silent
+            run_logger().warning("privacy ledger: a NEW ledger was started at %s: every dataset starts from a full "
+                                 "budget here. If this data was released before, stop and point PRIVEHR_LEDGER or "
+                                 "privacy.ledger_path at its ledger", Path(ledger.path).absolute())
     resume = getattr(config, "resume", False)
     if not resume:
         try:
@@ -73,6 +81,8 @@ def create_run_directory(config: PipelineConfig | BaseModel) -> str:
                              "same run (see its config.json), start a new run id otherwise")
     run_dir.mkdir(parents=True, exist_ok=True)
     run.intermediate.mkdir(exist_ok=True)
+    for private in (run_dir, run.intermediate):  # owner-only, also a directory an older privehr left 0755
+        private.chmod(0o700)
     saved = config.model_copy(update={"resume": False}) if resume else config
     run.config.write_text(saved.model_dump_json(indent=2))
     previous_provenance = run.provenance

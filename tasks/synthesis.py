@@ -31,12 +31,13 @@ from privehr.core.records import ImputationSummary
 from privehr.core.run_layout import RunLayout
 from privehr.core.specs import check_targets, load_ehr_spec
 from privehr.core.strict_json import strict_dumps
-from privehr.io.privacy_ledger import record_release
+from privehr.io.ehr_table import read_ehr_table
+from privehr.io.privacy_ledger import Ledger, record_release
 from privehr.models.synthesis.codec import TableCodec
 from privehr.models.synthesis.derived_columns import add_derived
 from privehr.models.synthesis.marginal import marginal_available
 from privehr.models.privacy.noisy_count import noisy_count
-from privehr.models.privacy.ledger import GUARANTEES, LedgerEntry
+from privehr.models.privacy.ledger import LedgerEntry, guarantee_label
 from privehr.models.privacy.randomness import NoiseSource, public_seed
 from privehr.models.privacy.release_plan import Reserved
 from privehr.models.synthesis import SynthesisData, SynthesisMethod, create_synthesizer
@@ -46,7 +47,8 @@ from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
 
 __all__ = ["synthesize", "imputed_tables", "release_patient_count", "synthetic_rows", "COUNT_KEY",
-           "needs_noisy_count", "check_synthesis_inputs", "synthesizer_of"]
+           "needs_noisy_count", "check_synthesis_inputs", "check_imputed_targets", "check_synthesis_table",
+           "synthesizer_of"]
 
 COUNT_KEY = "patient-count"  # the reservation of the noisy patient count
 
@@ -115,6 +117,45 @@ def check_synthesis_inputs(config: SynthesisConfig) -> None:
                          "'privehr[baselines]', or leave them out of synthesizers")
 
 
+def check_synthesis_table(config: SynthesisConfig) -> None:
+    """Before Prefect starts and before any run directory exists: the ledger's chain (a tampered ledger is named
+    now, not after imputation), the table read through its spec (layout, encoding, separator, a quarantine that
+    empties or guts it) and a classification target with a single class among its records. Reads, writes nothing."""
+    Ledger(config.privacy.ledger_path).state()
+    spec = load_ehr_spec(config.spec)
+    frame = read_ehr_table(config.path, spec).frame
+    label = config.targets(spec)[0]
+    if label is not None and label in frame and frame[label].dropna().nunique() < 2:
+        raise InputError(f"{spec.name}: the classification target {label!r} has one class among the {len(frame)} "
+                         "kept records, so no classifier can be trained or scored; nothing was spent. Fix: name "
+                         "another target (--classification-target, or the spec's targets), or none for a "
+                         "fidelity-only report")
+
+
+def check_imputed_targets(run_dir: str | Path, config: SynthesisConfig) -> None:
+    """Refuse, before the budget check, targets the utility report cannot use: one dropped by the missingness rule,
+    or a classification target with one class among the training or the test patients (its TSTR would be nan).
+    Counts only: which class is never said."""
+    spec = load_ehr_spec(config.spec)
+    label, target, _ = config.targets(spec)
+    fix = ("Fix: name another target (--classification-target / --regression-target, or the spec's targets), or "
+           "none for a fidelity-only report")
+    for i in range(config.mice.m):
+        train, test, _ = imputed_tables(run_dir, i)
+        for role, name in (("classification", label), ("regression", target)):
+            if name is not None and name not in train:
+                raise InputError(f"{spec.name}: the {role} target {name!r} was dropped before synthesis (missing in "
+                                 f"too many records, or every value quarantined); nothing was spent. {fix}")
+        if label is None:
+            continue
+        for part, rows in (("training", train), ("test", test)):
+            classes = rows[label].dropna().astype(float).round().clip(0, 1).nunique()
+            if classes < 2:
+                raise InputError(f"{spec.name}: the classification target {label!r} has one class among the "
+                                 f"{len(rows)} {part} patients (imputation {i}), so no classifier can be trained or "
+                                 f"scored; nothing was spent. {fix}")
+
+
 def _decoded_tables(raw: pd.DataFrame, codec: TableCodec) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """(raw table without non-finite rows, the table decoded to the spec's types with categories, rows dropped)."""
     finite = np.isfinite(raw.to_numpy(float)).all(axis=1)
@@ -174,13 +215,14 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reserved: Reser
             add_derived(part, spec.derived).to_csv(out_dir / name, index=False)
             files.append({"release": k, "truncated": name.endswith("-truncated.csv"), "path": str(out_dir / name)})
     record = {"job": job, "synthesizer": synthesizer, "budget_label": budget.label, **release_dict,
-              "guarantee": GUARANTEES[guarantee],
+              "guarantee": guarantee_label(guarantee, release_dict.get("epsilon"), config.privacy.epsilon_ceiling),
               **({"patients_delivered": summary.decisions["records_read"]} if spec.public_patient_count else {}),
               "rows_per_table": rows, "test_log_likelihood": done.held_out,
               "nonfinite_rows_dropped": nonfinite, "scaling": scaling_record, "releasable": releasable, "files": files,
               **done.extra, "model": done.model}
     path.write_text(strict_dumps(record, indent=2, default=float))
     run_logger().info("synthesize %s: %s %s (%s), epsilon %s; %d tables (%d non-finite rows dropped)",
-                      job["job_id"], synthesizer, release_dict["mechanism"], GUARANTEES[guarantee],
+                      job["job_id"], synthesizer, release_dict["mechanism"],
+                      guarantee_label(guarantee, release_dict.get("epsilon"), config.privacy.epsilon_ceiling),
                       release_dict.get("epsilon"), config.releases, nonfinite)
     return str(path)

@@ -55,6 +55,8 @@ def synthesis_results(record_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFra
         tables += [release | {k: v for k, v in row.items() if not k.startswith("per_column") and k != "tstr_per_classifier"}
                    for row in evaluation["rows"]]
     tables, releases = pd.DataFrame(tables), pd.DataFrame(releases)
+    # a table whose every sampled row was non-finite has no fidelity: its columns are empty, never absent
+    tables = tables.reindex(columns=list(dict.fromkeys([*tables.columns, *FIDELITY, *MIXED])))
     if releases["synthesizer"].nunique() > 1:  # one column per (synthesizer, budget)
         for frame in (tables, releases):
             frame["budget_label"] = frame["synthesizer"] + " " + frame["budget_label"]
@@ -148,13 +150,16 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
     train, _, summary = imputed_tables(run_dir, 0)
     public_count = spec.public_patient_count
     marginals = _marginal_figures(run.root, results, train, summary, spec)
-    not_dp = sorted(set(releases["guarantee"]) - {"DP"})
+    not_dp = sorted(g for g in set(releases["guarantee"]) if not g.startswith("DP"))
     synthesizers = sorted(set(releases["synthesizer"]), key=SYNTHESIZER_ORDER.index)
     guarantee = ("The DP guarantee covers each release's use of the imputed training patients: a flow's DP-SGD "
                  "training (PRV epsilon; RDP and PLD alongside, and the GDP mu, whose CLT can underestimate), and AIM's "
                  "or MST's noisy marginals (zCDP converted to (epsilon, delta)); noise and sampling come "
                  "from OS entropy and are never stored. "
                  + (f"Releases marked {', '.join(not_dp)} have no guarantee. " if not_dp else "")
+                 + ("Releases marked weak have an epsilon above privacy.epsilon_ceiling (allowed by "
+                    "privacy.allow_above_ceiling): DP in name, little protection in fact. "
+                    if any("weak" in g for g in releases["guarantee"]) else "")
                  + ("Table sizes: the spec declares the patient count public. " if public_count else
                     "Table sizes: a patient count released with two-sided geometric noise (in the ledger). ")
                  + ("The spec was drafted from the data (drafted_from_data): its bounds and categories were read "

@@ -38,7 +38,7 @@ from privehr.models.classifiers import classifier_inputs
 from privehr.models.device import resolve_device
 from privehr.models.classifiers.hyperparameter_search import sample_configurations
 from privehr.models.methods import CellData, FitSpec, TrainingMethod, create_method
-from privehr.models.privacy.ledger import GUARANTEES
+from privehr.models.privacy.ledger import guarantee_label
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import Reserved
 from privehr.tasks.compute import share_cores
@@ -207,7 +207,7 @@ def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed:
     row = {**cell.model_dump(), "seed": seed, "device": str(dev), **metrics,
            **{k: info.get(k) for k in ("epochs", "epsilon_prv", "epsilon_rdp", "epsilon_pld", "noise_multiplier",
                                         "sample_rate", "steps", "delta", "accountant", "noise_source")},
-           "guarantee": GUARANTEES[method.guarantee()],
+           "guarantee": guarantee_label(method.guarantee(), info.get("epsilon"), privacy.epsilon_ceiling),
            "fit_seconds": round(time.perf_counter() - start, 2)}
     row = FitRow.model_validate(strict_json(row)).model_dump(exclude_unset=True)  # typed: resume and report read it
     result_path.write_text(strict_dumps({"key": key, "value": row}))  # last: marks the cell as done

@@ -205,13 +205,21 @@ def test_grud_expm_nf_cells_are_in_the_full_profile_only():
     assert expm_models(chosen) == {"grud"}
 
 
-def test_the_ledger_follows_artifacts_dir_unless_it_is_set():
+def test_the_ledger_follows_artifacts_dir_unless_it_is_set(tmp_path, monkeypatch):
     from privehr.core.config import PipelineConfig, SynthesisConfig
     from privehr.core.inference_config import InferenceConfig
 
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.delenv("PRIVEHR_LEDGER", raising=False)
     for config_type in (SynthesisConfig, PipelineConfig, InferenceConfig):
         assert config_type(artifacts_dir="/elsewhere").privacy.ledger_path == Path("/elsewhere/privacy_ledger.jsonl")
-        assert config_type().privacy.ledger_path == Path("artifacts/privacy_ledger.jsonl")
+        # the default is the project's, whatever the working directory (a subdirectory, or outside the checkout)
+        for cwd in (repo, repo / "tests", tmp_path):
+            monkeypatch.chdir(cwd)
+            assert config_type().privacy.ledger_path == repo / "artifacts" / "privacy_ledger.jsonl"
+        monkeypatch.setenv("PRIVEHR_LEDGER", str(tmp_path / "one.jsonl"))
+        assert config_type(artifacts_dir="/elsewhere").privacy.ledger_path == tmp_path / "one.jsonl"
+        monkeypatch.delenv("PRIVEHR_LEDGER")
         chosen = config_type(artifacts_dir="/elsewhere", privacy={"ledger_path": "/steward/ledger.jsonl"})
         assert chosen.privacy.ledger_path == Path("/steward/ledger.jsonl")
     pipeline = PipelineConfig(artifacts_dir="/runs", synthesis={"artifacts_dir": "/other"})
@@ -219,3 +227,16 @@ def test_the_ledger_follows_artifacts_dir_unless_it_is_set():
     # a saved config (every field set) loads again as it was
     again = PipelineConfig.model_validate(pipeline.model_dump(mode="json"))
     assert again.privacy.ledger_path == pipeline.privacy.ledger_path
+
+
+@pytest.mark.parametrize("argv", [["config", "--schema"], ["config", "--json"], ["--help"]])
+def test_a_closed_pipe_ends_the_command_quietly(argv):
+    """`privehr config --json | head`: the reader goes away; the command ends with status 0 and no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "privehr", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(10)  # what head -c 10 takes, then the reader is gone
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err

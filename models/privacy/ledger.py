@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable
@@ -37,7 +38,8 @@ from dataclasses import asdict, dataclass, field, fields
 from privehr.models.privacy.accounting import compose_history
 
 __all__ = ["LedgerEntry", "LedgerTotal", "BudgetVerdict", "compose_entries", "check_budget", "MECHANISMS",
-           "GUARANTEES", "STATUSES", "effective_entries", "dataset_id_of"]
+           "GUARANTEES", "STATUSES", "effective_entries", "dataset_id_of", "CHAIN_FIELDS", "chain_start", "chain_tag",
+           "head_tag", "guarantee_label", "WEAK"]
 
 MECHANISMS = ("dp_sgd", "dp", "non_private", "expm_nf")  # dp: any other (epsilon, delta)-DP release
 STATUSES = ("reserved", "released", "void")
@@ -221,3 +223,58 @@ def check_budget(existing: list[LedgerEntry], planned: list[LedgerEntry], budget
                              f"its DP epsilon would rise from {before.epsilon_dp:.4g} to {after.epsilon_dp:.4g} "
                              f"(delta {after.delta:.2g}), above the budget {budget_epsilon:g}")
     return BudgetVerdict(before, after, budget_epsilon, False, "within the budget")
+
+
+# The ledger's hash chain (Crosby and Wallach 2009, "Efficient Data Structures for Tamper-Evident Logging"; the
+# append-only logs of Certificate Transparency, RFC 6962): entry n carries t_n = HMAC_k("privehr-ledger-v1", t_{n-1},
+# n, content_n), with t_0 the SHA-256 of the unchained lines an older ledger already held. Without the key k, an
+# edited, deleted, reordered or inserted entry changes a tag no one can recompute; the head (the number of lines and
+# the last tag, under the same key) finds lines cut from the end.
+CHAIN_FIELDS = ("seq", "chain")  # a chained line's own fields: its line number and its tag
+
+
+def chain_start(unchained: str) -> str:
+    """t_0: SHA-256 of the lines written before the chain began (an empty string for a new ledger).
+
+    >>> chain_start("")[:16]
+    'e3b0c44298fc1c14'
+    """
+    return hashlib.sha256(unchained.encode()).hexdigest()
+
+
+def _canonical_json(content: dict) -> bytes:
+    return json.dumps({k: v for k, v in content.items() if k not in CHAIN_FIELDS}, sort_keys=True,
+                      separators=(",", ":"), allow_nan=False).encode()
+
+
+def chain_tag(key: bytes, previous: str, seq: int, content: dict) -> str:
+    """t_n = HMAC-SHA256_k(domain, t_{n-1}, n, the entry's canonical JSON without its chain fields).
+
+    >>> t1 = chain_tag(bytes(32), chain_start(""), 1, {"epsilon": 1.0})
+    >>> t1 == chain_tag(bytes(32), chain_start(""), 1, {"epsilon": 1.0, "chain": t1}) != chain_tag(
+    ...     bytes(32), chain_start(""), 1, {"epsilon": 0.1})
+    True
+    """
+    message = b"privehr-ledger-v1\n" + previous.encode() + b"\n" + str(seq).encode() + b"\n" + _canonical_json(content)
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def head_tag(key: bytes, lines: int, last: str) -> str:
+    """The head's MAC over (number of lines, last tag): a head rewritten to an earlier length does not verify."""
+    return hmac.new(key, f"privehr-ledger-head-v1\n{lines}\n{last}".encode(), hashlib.sha256).hexdigest()
+
+
+WEAK = "weak"
+
+
+def guarantee_label(guarantee: str, epsilon: float | None, ceiling: float | None) -> str:
+    """How a release is named: its guarantee's label, and "DP (weak: ...)" for a DP release whose epsilon is above the
+    ceiling (``privacy.epsilon_ceiling``, admitted only under ``privacy.allow_above_ceiling``).
+
+    >>> guarantee_label("dp", 1.0, 20), guarantee_label("dp", 1e9, 20)
+    ('DP', 'DP (weak: epsilon above the ceiling 20)')
+    """
+    label = GUARANTEES[guarantee]
+    if guarantee == "dp" and epsilon is not None and ceiling is not None and epsilon > ceiling:
+        return f"{label} ({WEAK}: epsilon above the ceiling {ceiling:g})"
+    return label

@@ -90,6 +90,19 @@ def _print_error(args, message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The console command: input errors as one line (exit status 2); a closed pipe (``| head``) ends it quietly."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a reader gone before the last line: raise here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # the reader (head, grep -m, less) has what it wanted: no traceback, and none from the exit's own flush
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     debug = getattr(args, "debug", False)
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_SECONDS)

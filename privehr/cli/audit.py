@@ -8,7 +8,7 @@ from typing import get_args
 
 from privehr.cli.common import emit, no_prefect_analytics
 from privehr.core.config import AuditConfig, Label
-from privehr.core.errors import InputError
+from privehr.core.errors import settings_error
 
 __all__ = ["add_audit_parser"]
 
@@ -26,7 +26,7 @@ def audit_command(args) -> int:
     try:
         config = AuditConfig(run_dir=args.run_dir, shadows=args.shadows, epsilon=args.epsilon, label=args.label)
     except ValueError as err:
-        raise InputError(f"invalid audit settings: {err}") from None
+        raise settings_error(err, "audit options") from None
     no_prefect_analytics()
     from privehr.flows.audit import audit  # deferred for start-up time (prefect, torch)
 

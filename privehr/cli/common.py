@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from privehr.core.config import PipelineConfig, load_config
-from privehr.core.errors import InputError
+from privehr.core.errors import InputError, where_in_text
 from privehr.core.strict_json import strict_dumps
 
 __all__ = ["add_config_options", "add_release_run_options", "common_options", "config_from", "emit",
@@ -81,7 +81,10 @@ def release_run_settings(args, flat: dict, nested: tuple = ()) -> dict:
         try:
             raw = yaml.safe_load(args.config.read_text()) or {}
         except yaml.YAMLError as err:
-            raise InputError(f"config file {args.config} is not valid YAML: {err}; fix the line it names") from None
+            raise InputError(f"config file {args.config} is not valid YAML{where_in_text(err)}; fix that line") from None
+        except (UnicodeDecodeError, IsADirectoryError) as err:
+            raise InputError(f"config file {args.config} cannot be read as UTF-8 text ({type(err).__name__}); save "
+                             "it as UTF-8") from None
         if not isinstance(raw, dict):
             raise InputError(f"config file {args.config} must hold a mapping of settings")
     raw |= {k: v for k, v in {**flat, "run_id": args.run_id, "artifacts_dir": args.artifacts_dir}.items()

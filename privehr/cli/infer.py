@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from privehr.cli.common import add_release_run_options, emit, no_prefect_analytics, release_run_settings
-from privehr.core.errors import InputError
+from privehr.core.errors import settings_error
 from privehr.core.inference_config import InferenceConfig
 
 __all__ = ["add_infer_parser"]
@@ -44,7 +44,7 @@ def infer_command(args) -> int:
     try:
         config = InferenceConfig.model_validate(raw)
     except ValueError as err:
-        raise InputError(f"invalid infer settings: {err}") from None
+        raise settings_error(err, "infer settings (--config and options)", raw) from None
     no_prefect_analytics()
     from privehr.flows.private_inference import private_inference  # deferred for start-up time (prefect, torch)
 

@@ -20,6 +20,8 @@ def add_privacy_parser(sub, common: argparse.ArgumentParser) -> None:
     ledger.add_argument("--delta", type=float, help="delta at which DP-SGD releases are composed (default: "
                                                     "privacy.delta of the config)")
     ledger.add_argument("--config", type=Path)
+    ledger.add_argument("--verify", action="store_true", help="check the ledger's hash chain and head alone: exit "
+                                                              "status 0 if intact, 1 naming the first bad line")
     ledger.set_defaults(func=privacy_ledger)
     convert = privacy_sub.add_parser("convert", parents=[common], help="sigma <-> mu-GDP <-> (epsilon, delta) for "
                                      "T Poisson-subsampled Gaussian steps")
@@ -40,13 +42,17 @@ def privacy_ledger(args) -> int:
 
     config = config_from(args)
     path = args.ledger or config.privacy.ledger_path
+    if args.verify:
+        return verify_command(args, path)
     delta = args.delta if args.delta is not None else config.privacy.delta
     totals = ledger_totals(path, delta)
     payload = {"ledger": str(path), "delta": delta, "datasets": [t.as_dict() for t in totals]}
     fmt = lambda v: "n/a" if v is None else f"{v:.4g}"  # noqa: E731
     lines = [f"privacy ledger {path}: {len(totals)} dataset(s)"]
     for t in totals:
-        guarantee = (f"DP, epsilon {t.epsilon_dp:.4g} at delta {t.delta:.2g}" if t.dp else
+        weak = (f" (weak: above privacy.epsilon_ceiling {config.privacy.epsilon_ceiling:g})"
+                if t.epsilon_dp > config.privacy.epsilon_ceiling else "")
+        guarantee = (f"DP, epsilon {t.epsilon_dp:.4g} at delta {t.delta:.2g}{weak}" if t.dp else
                      f"NOT DP: {t.why_not_dp}")
         lines += [f"  dataset {short_dataset(t.dataset)}: {t.releases} release(s) {t.counts}"
                   + (f", {t.pending} reserved and not yet trained (counted)" if t.pending else ""),
@@ -58,6 +64,24 @@ def privacy_ledger(args) -> int:
             lines.append(f"    ExpM+NF releases (no proven guarantee; epsilon~ {t.unproven_epsilon_tilde})")
     emit(args, payload, "\n".join(lines))
     return 0
+
+
+def verify_command(args, path: Path) -> int:
+    """``privehr privacy ledger --verify``: 0 for an intact ledger, 1 naming the first line found wrong."""
+    from privehr.io.privacy_ledger import verify_ledger  # deferred for start-up time (torch, opacus)
+
+    if not Path(path).exists():
+        raise InputError(f"no privacy ledger at {path}; pass --ledger PATH (or set PRIVEHR_LEDGER)")
+    report = verify_ledger(path)
+    if report["ok"]:
+        text = (f"privacy ledger {path}: intact ({report['lines']} line(s)"
+                + (f", the first {report['unchained']} written before the chain began" if report["unchained"] else "")
+                + ")")
+    else:
+        where = f"line {report['line']}" if report["line"] is not None else "its head"
+        text = f"privacy ledger {path}: TAMPERED at {where}: {report['problem']}"
+    emit(args, report, text)
+    return 0 if report["ok"] else 1
 
 
 def privacy_convert(args) -> int:

@@ -60,6 +60,9 @@ def run_command(args) -> int:
 
         pull_inputs.fn([str(config.data.hdf5_path)] + ([str(config.synthesis.path)] if config.synthesis else []))
     check_extract(config.data.hdf5_path)  # fail fast, before Prefect starts
+    from privehr.io.privacy_ledger import Ledger  # deferred for start-up time (torch, opacus)
+
+    Ledger(config.privacy.ledger_path).state()  # a tampered ledger is named before anything is read
     if config.synthesis is not None and not Path(config.synthesis.path).exists():
         raise InputError(f"the profile also synthesises the EHR table {config.synthesis.path}, which does not exist; "
                          "write the demo table with `privehr demo-data ehr --out data/ehr/EHR_dataset.csv`, point "

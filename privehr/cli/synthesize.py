@@ -8,7 +8,7 @@ from pathlib import Path
 
 from privehr.cli.common import add_release_run_options, emit, no_prefect_analytics, release_run_settings
 from privehr.core.config import SynthesisConfig
-from privehr.core.errors import InputError
+from privehr.core.errors import InputError, settings_error
 
 __all__ = ["add_synthesize_parser"]
 
@@ -55,9 +55,9 @@ def synthesize_command(args) -> int:
     try:
         config = SynthesisConfig.model_validate(raw)
     except ValueError as err:
-        raise InputError(f"invalid synthesize settings: {err}") from None
+        raise settings_error(err, "synthesize settings (--config and options)", raw) from None
     # deferred for start-up time (prefect, torch, pandas)
-    from privehr.tasks.synthesis import check_synthesis_inputs
+    from privehr.tasks.synthesis import check_synthesis_inputs, check_synthesis_table
     from privehr.tasks.versioning import pull_inputs
 
     check_synthesis_inputs(config)  # targets, bounds, baselines: one line now, not after a budget is spent
@@ -65,6 +65,7 @@ def synthesize_command(args) -> int:
     if not Path(config.path).exists():
         raise InputError(f"EHR table not found: {config.path}; pass --data, or write the demo table with "
                          "`privehr demo-data ehr --out data/ehr/EHR_dataset.csv`")
+    check_synthesis_table(config)  # the ledger's chain, the table's layout and quarantine: before Prefect starts
     no_prefect_analytics()
     from privehr.flows.synthesis import synthesize_ehr  # deferred for start-up time (prefect, torch)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from privehr.cli.common import emit, no_prefect_analytics
 from privehr.core.config import EHRPrepareConfig, StewardConfig, ValidationConfig
-from privehr.core.errors import InputError
+from privehr.core.errors import InputError, settings_error
 
 __all__ = ["add_ehr_prepare_parser", "add_validate_parser"]
 
@@ -42,7 +42,7 @@ def validate_command(args) -> int:
                                run_id=args.run_id,
                                validation=ValidationConfig(spec=args.mimic_spec, stop_on_critical=False))
     except ValueError as err:
-        raise InputError(f"invalid validate settings: {err}") from None
+        raise settings_error(err, "validate options") from None
     from privehr.tasks.versioning import pull_inputs  # deferred for start-up time (prefect)
 
     pull_inputs.fn([str(p) for p in config.paths])  # a fresh clone: fetch versioned deliveries first
@@ -70,7 +70,7 @@ def ehr_prepare_command(args) -> int:
             "path": args.data, "spec": args.spec, "run_id": args.run_id, "artifacts_dir": args.artifacts_dir,
             "mice": mice or None}.items() if v is not None})
     except ValueError as err:
-        raise InputError(f"invalid ehr-prepare settings: {err}") from None
+        raise settings_error(err, "ehr-prepare options") from None
     no_prefect_analytics()
     from privehr.flows.ehr_prepare import ehr_prepare  # deferred for start-up time (prefect)
 

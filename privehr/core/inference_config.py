@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from privehr.core.config import DPNFConfig, PositiveFloat, PrivacyConfig, _ledger_beside_runs, _resume_needs_run_id, _Strict
+from privehr.core.config import DPNFConfig, PositiveFloat, PrivacyConfig, _ledger_beside_runs, _resume_needs_run_id, _Strict, RunId
 
 __all__ = ["VIConfig", "RecordDensityConfig", "SyntheticVIConfig", "InferenceConfig"]
 
@@ -89,7 +89,7 @@ class InferenceConfig(_Strict):
     synthetic: SyntheticVIConfig = SyntheticVIConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     artifacts_dir: Path = Field(Path("artifacts"), description="runs go to <artifacts_dir>/<run-id>/")
-    run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$")
+    run_id: RunId | None = None
     resume: bool = Field(False, description="continue run_id's directory: fits whose result exists are not redone")
 
     _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))

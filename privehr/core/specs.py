@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from privehr.core.errors import InputError
+from privehr.core.errors import InputError, settings_error, where_in_text
 
 __all__ = ["EXPECTATIONS_DIR", "SPEC_DIR", "VariableBounds", "ColumnKind", "DISCRETE_KINDS", "SynthesisTargets", "MimicExtractSpec", "EHRTableSpec", "DerivedColumn",
            "load_mimic_spec", "load_ehr_spec", "check_targets"]
@@ -58,10 +58,13 @@ class VariableBounds(_Strict):
 
     @model_validator(mode="after")
     def _ordered(self):
-        bounds = [b for b in (self.outlier_low, self.valid_low, self.valid_high, self.outlier_high) if b is not None]
-        if bounds != sorted(bounds):
-            raise ValueError(f"bounds of {self.name!r} must satisfy outlier_low <= valid_low <= valid_high "
-                             f"<= outlier_high")
+        named = [(n, getattr(self, n)) for n in ("outlier_low", "valid_low", "valid_high", "outlier_high")
+                 if getattr(self, n) is not None]
+        bounds = [b for _, b in named]
+        for (low, a), (high, b) in zip(named, named[1:]):  # the message names the bounds, never their values
+            if a > b:
+                raise ValueError(f"{low} is above {high}; order the bounds outlier_low <= valid_low <= valid_high "
+                                 "<= outlier_high")
         if self.kind in ("categorical", "ordinal") and not self.categories:
             raise ValueError(f"{self.name!r} is {self.kind}: list its categories (categories: [a, b, ...])")
         if self.kind == "binary" and self.categories is not None and len(self.categories) != 2:
@@ -168,6 +171,10 @@ class EHRTableSpec(_Strict):
     id_prefix: str = "row-"
     drop_attributes_missing_in_more_than: int | None = None
     min_rows: int = 1
+    max_quarantined_share: float = Field(
+        0.5, ge=0, le=1, description="stop at validation when a larger share of the records, or of one attribute's "
+                                     "non-missing values, is quarantined (the cause is systematic: a unit, a "
+                                     "category list, a separator), or when no record is left")
     drafted_from_data: bool = Field(
         False, description="written by `privehr spec draft`: bounds and categories were read from the private "
                            "records, so a scaling or binning by them is outside the DP guarantee (its tables stay "
@@ -179,6 +186,17 @@ class EHRTableSpec(_Strict):
     derived: list[DerivedColumn] = []
     targets: SynthesisTargets = SynthesisTargets()
     _source: Path | None = PrivateAttr(None)  # the YAML it was read from
+
+    @model_validator(mode="after")
+    def _each_name_once(self):
+        names = [a.name for a in self.attributes] + [d.name for d in self.derived]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(map(repr, twice))} named more than once among attributes and derived "
+                             "columns; keep one entry per column")
+        if self.id_column is not None and self.id_column in names:
+            raise ValueError(f"id_column {self.id_column!r} is also listed as an attribute; an id is not an attribute")
+        return self
 
     @property
     def source(self) -> Path | None:
@@ -232,14 +250,21 @@ def _read_yaml(path: Path) -> dict:
     try:
         return yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise InputError(f"table spec {path} is not valid YAML: {err}") from None
+        raise InputError(f"table spec {path} is not valid YAML{where_in_text(err)}; fix that line") from None
+    except (UnicodeDecodeError, IsADirectoryError) as err:
+        raise InputError(f"table spec {path} cannot be read as UTF-8 text ({type(err).__name__}); save it as UTF-8 "
+                         "YAML") from None
+
 
 
 def _validated(model, raw: dict, path: Path):
+    if not isinstance(raw, dict):
+        raise InputError(f"table spec {path}: it must hold a mapping (name:, attributes:, ...), not a list or a "
+                         "scalar. Fix: start from `privehr spec draft TABLE.csv`")
     try:
         return model.model_validate(raw)
     except ValueError as err:
-        raise InputError(f"table spec {path} is invalid:\n{err}") from None
+        raise settings_error(err, f"table spec {path}", raw) from None
 
 
 def load_mimic_spec(path: str | Path | None = None) -> MimicExtractSpec:

@@ -29,7 +29,7 @@ from privehr.core.errors import InputError
 from privehr.core.specs import EHRTableSpec
 
 __all__ = ["EHRTable", "read_ehr_table", "parse_ehr_table", "drop_by_missingness", "check_derived_sources", "ID",
-           "category_codes"]
+           "category_codes", "check_quarantined_share"]
 
 ID = "patient_id"
 
@@ -83,8 +83,13 @@ def _raw_attributes(path: Path, spec: EHRTableSpec) -> pd.DataFrame:
     _check_delimiter(path, spec)
     try:
         raw = pd.read_csv(path, header=0 if spec.file.header else None, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise InputError(f"{spec.name}: {path} cannot be parsed as CSV ({err}).") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{spec.name}: {path} is not UTF-8 text (a UTF-16 or Latin-1 export?). Fix: export the "
+                         "table again as UTF-8 CSV.") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        detail = " ".join(str(err).split())  # pandas names line numbers and field counts, never a cell
+        raise InputError(f"{spec.name}: {path} cannot be parsed as CSV ({detail}). Fix: give every row the header's "
+                         "number of fields (check quoting and separators).") from None
     names = set(spec.bounds()) | ({spec.id_column} if spec.id_column else set())
     first_column = set(raw.iloc[:, 0].str.strip()) if raw.shape[1] else set()
     first_row = set((raw.columns if spec.file.header else raw.iloc[0] if len(raw) else []))
@@ -174,12 +179,55 @@ def parse_ehr_table(table: pd.DataFrame, spec: EHRTableSpec) -> EHRTable:
     empty = q.empty_records(frame.reset_index(), attributes, [ID])
     frame = frame[~frame.index.isin(empty[ID])]
     quarantine = q.combine([quarantine, empty], [ID])
+    check_quarantined_share(spec, quarantine, (~is_na).sum(), len(table), len(frame))
     _, dropped, rule = drop_by_missingness(frame, spec, len(table))
     decisions = {"records_read": int(len(table)), "records_kept": int(len(frame)),
                  "attributes_read": len(attributes), "attributes_kept": len(attributes) - len(dropped),
                  "dropped_attributes": dropped, "drop_rule": rule,
                  "quarantined": quarantine["reason"].value_counts().to_dict()}
     return EHRTable(frame, parsed, quarantine, decisions)
+
+
+_FIXES = {  # a quarantine reason -> what usually causes it wholesale, and the fix
+    "categories": "list the column's categories as they appear in the file (categories: [...]) and its kind "
+                  "(binary, categorical, ordinal) in the spec",
+    "non-numeric": "check the file's decimal mark and NA tokens, or declare the column categorical with its "
+                   "categories",
+    "bounds": "check the column's unit against the spec's (a unit error moves every value), or the spec's bounds",
+    "whole number": "declare the column numeric, or deliver whole numbers",
+}
+
+
+def _fix_for(reason: str) -> str:
+    key = ("categories" if "categories" in reason else "non-numeric" if "non-numeric" in reason
+           else "whole number" if "whole number" in reason else "bounds" if "bound" in reason else None)
+    return _FIXES[key] if key else "correct the delivery or the spec's rule (see the quarantine file)"
+
+
+def check_quarantined_share(spec: EHRTableSpec, quarantine: pd.DataFrame, present: pd.Series, records_read: int,
+                            records_kept: int) -> None:
+    """Stop, with one line, a delivery the quarantine has emptied or gutted: no record kept, more than the spec's
+    ``max_quarantined_share`` of the records removed, or of one attribute's non-missing values masked. The line
+    names the column, the reason, and counts (of values and of distinct tokens), never a value."""
+    limit = spec.max_quarantined_share
+    cells = quarantine[quarantine["column"] != ""]
+    worst = None
+    for column, rows in cells.groupby("column"):
+        n, of = int(rows[ID].nunique()), int(present.get(column, 0))
+        if of and (n > limit * of) and (worst is None or n / of > worst[1] / worst[2]):
+            worst = (column, n, of, rows["reason"].value_counts().index[0], int(rows["value"].nunique()))
+    if worst is not None:
+        column, n, of, reason, distinct = worst
+        raise InputError(f"{spec.name}: attribute {column!r} had {n} of its {of} non-missing values quarantined "
+                         f"({reason}; {distinct} distinct token(s)), more than the spec's max_quarantined_share "
+                         f"{limit:.0%}; nothing was trained. Fix: {_fix_for(reason)}.")
+    removed = records_read - records_kept
+    if records_read and (records_kept == 0 or removed > limit * records_read):
+        whole = quarantine[quarantine["column"] == ""]
+        reason = whole["reason"].value_counts().index[0] if len(whole) else "no value kept"
+        raise InputError(f"{spec.name}: {removed} of {records_read} records were quarantined whole (most often: "
+                         f"{reason}), more than the spec's max_quarantined_share {limit:.0%}; nothing was trained. "
+                         f"Fix: {_fix_for(reason)}.")
 
 
 def category_codes(tokens: pd.Series, levels: list) -> pd.Series:

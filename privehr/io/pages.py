@@ -22,9 +22,10 @@ import threading
 import urllib.parse
 from pathlib import Path
 
-__all__ = ["page_url", "serve_artifacts", "is_page", "PRIVATE_PARTS"]
+__all__ = ["page_url", "serve_artifacts", "is_page", "PRIVATE_PARTS", "SHARED_ASSETS"]
 
 PRIVATE_PARTS = frozenset({"intermediate", "quarantine", ".lock"})
+SHARED_ASSETS = "_static"  # <artifacts_dir>/_static/: Data Docs' images, fonts and styles, one copy for every run
 RUN_PAGES = frozenset({"report.html", "results.md", "metrics.json"})
 SYNTHESIS_PAGES = frozenset({"report.md"})
 
@@ -49,6 +50,8 @@ def is_page(parts: tuple[str, ...]) -> bool:
     folded = tuple(p.casefold() for p in parts)
     if len(folded) < 2 or PRIVATE_PARTS & set(folded) or any(p.startswith(".") for p in folded):
         return False
+    if folded[0] == SHARED_ASSETS:  # the Data Docs' shared static assets (no data)
+        return True
     if len(folded) == 2:
         return folded[1] in RUN_PAGES or folded[1].endswith(".png")
     if len(folded) == 3 and folded[1] == "synthesis":

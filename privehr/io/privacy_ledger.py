@@ -14,27 +14,36 @@ Protocol (``privehr.models.privacy.ledger`` composes it):
    gone).
 2. :func:`record_release` as soon as a release exists, before its model is saved: a crash after it
    leaves the release counted; a crash before it leaves no model anywhere and the reservation counted.
+
+Tamper evidence: every line written carries ``seq`` (its line number) and ``chain``, an HMAC under the ledger's key
+of its content and the previous line's tag (``privehr.models.privacy.ledger.chain_tag``); ``<ledger>.head`` holds the
+number of lines and the last tag under the same key. Every read checks the chain and the head: an edited, deleted,
+reordered, inserted or cut line, or a replaced key, stops the read with the line's number (:class:`LedgerTampered`).
+An older ledger's unchained lines are read as they are and the chain starts from their last line (its first tag
+covers their bytes). ``privehr privacy ledger --verify`` checks a ledger alone.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import hmac
 import json
 import os
 import secrets
+from dataclasses import dataclass
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from privehr.models.privacy.ledger import (BudgetVerdict, LedgerEntry, LedgerTotal, check_budget, compose_entries,
-                                   effective_entries)
+from privehr.models.privacy.ledger import (CHAIN_FIELDS, BudgetVerdict, LedgerEntry, LedgerTotal, chain_start,
+                                           chain_tag, check_budget, compose_entries, effective_entries, head_tag)
 from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps
 
 __all__ = ["Ledger", "read_ledger", "ledger_totals", "dataset_delta", "reserve", "record_release", "release_id",
-           "BudgetExceeded", "short_dataset"]
+           "BudgetExceeded", "short_dataset", "LedgerTampered", "LedgerUnreadable", "ChainState", "verify_ledger"]
 
 
 class BudgetExceeded(InputError):
@@ -60,33 +69,124 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _parse(path: Path, lines: list[str]) -> list[LedgerEntry]:
-    entries = []
+class LedgerTampered(InputError):
+    """The ledger's chain or head does not verify: ``line`` names the first line found wrong (None: the head or key)."""
+
+    def __init__(self, path: Path, line: int | None, why: str):
+        where = f"line {line}" if line is not None else "its head"
+        super().__init__(f"the privacy ledger {path} fails its tamper check at {where}: {why}. Nothing is read or "
+                         "trained. Restore the ledger, its .head and its .key from a backup, or ask the data steward; "
+                         "`privehr privacy ledger --verify` checks it alone.")
+        self.line, self.why = line, why
+
+
+@dataclass
+class ChainState:
+    """A read ledger: its entries, its number of lines, how many were written before the chain began, the last tag."""
+
+    entries: list[LedgerEntry]
+    lines: int
+    unchained: int
+    last: str | None            # the last line's tag (None: no chained line yet)
+    head_lag: int = 0           # chained lines after the head (a crash between a line and its head)
+
+
+class LedgerUnreadable(InputError):
+    """A line that is not an entry (a partial last line after a crash, or a cut file)."""
+
+    def __init__(self, path: Path, line: int, err: Exception):
+        super().__init__(f"the privacy ledger {path} has an unreadable line {line} ({type(err).__name__}); a crash "
+                         "while writing leaves a partial last line. Nothing is read or trained until it is repaired: "
+                         "keep a copy, then remove or complete that line.")
+        self.line, self.why = line, f"the line is not a ledger entry ({type(err).__name__})"
+
+
+def _check_chain(path: Path, lines: list[str], key: bytes | None, head: dict | None) -> ChainState:
+    """Parse every line and verify the chain and the head; raise :class:`LedgerTampered` naming the first bad line."""
+    entries, unchained, tags, previous = [], [], {}, None
+    head_ok = head is None or key is None or hmac.compare_digest(
+        str(head.get("mac", "")), head_tag(key, int(head.get("lines", -1)), str(head.get("tag", ""))))
     for number, line in enumerate(lines, 1):
         if not line.strip():
-            continue
+            if previous is None:
+                unchained.append(line)
+                continue
+            raise LedgerTampered(path, number, "the line is empty (an entry was blanked)")
         try:
-            entries.append(LedgerEntry.from_dict(json.loads(line)))
-        except (ValueError, TypeError) as err:
-            raise InputError(f"the privacy ledger {path} has an unreadable line {number} ({type(err).__name__}); a "
-                             "crash while writing leaves a partial last line. Nothing is read or trained until it is "
-                             "repaired: keep a copy, then remove or complete that line.") from None
-    return entries
+            raw = json.loads(line)
+            content = {k: v for k, v in raw.items() if k not in CHAIN_FIELDS}
+            entry = LedgerEntry.from_dict(content)
+        except (ValueError, TypeError, AttributeError) as err:
+            raise LedgerUnreadable(path, number, err) from None
+        tag, seq = raw.get("chain"), raw.get("seq")
+        if tag is None:
+            if previous is not None:
+                raise LedgerTampered(path, number, "the line has no chain tag although the lines before it have one "
+                                                   "(written by hand, or inserted)")
+            unchained.append(line)
+        else:
+            if key is None:
+                raise LedgerTampered(path, number, f"the ledger's key {path.name}.key is missing, so no line can be "
+                                                   "checked")
+            if previous is None:
+                previous = chain_start("\n".join(unchained))
+            if not hmac.compare_digest(str(tag), chain_tag(key, previous, number, content)):
+                if not head_ok:
+                    why = "its tag and the head's do not verify under the ledger's key: the key was replaced"
+                elif seq != number:
+                    why = (f"it holds the entry written as line {seq}: a line before it was deleted or inserted, or "
+                           "lines were reordered")
+                else:
+                    why = ("its content does not match its tag: the line was edited (or an earlier unchained line, "
+                           "or the key, changed)")
+                raise LedgerTampered(path, number, why)
+            previous = tags[number] = str(tag)
+        entries.append(entry)
+    total = len(lines)
+    if head is None:
+        if tags:
+            raise LedgerTampered(path, None, f"{path.name}.head, which records the ledger's length, is missing")
+        return ChainState(entries, total, len(unchained), None)
+    if not head_ok:
+        raise LedgerTampered(path, None, "the head does not verify under the ledger's key (edited, or the key was "
+                                         "replaced)")
+    recorded = int(head["lines"])
+    if recorded > total:
+        raise LedgerTampered(path, total + 1, f"the ledger ends at line {total} but its head records {recorded} "
+                                              f"lines: line(s) {total + 1}-{recorded} were cut off")
+    if recorded and tags.get(recorded) != head["tag"]:
+        raise LedgerTampered(path, recorded, "the line differs from the one the head records (the ledger was "
+                                             "replaced or rewritten)")
+    return ChainState(entries, total, len(unchained), previous, head_lag=total - recorded)
 
 
 class _Transaction:
-    def __init__(self, fh, path: Path):
-        self._fh = fh
+    def __init__(self, fh, ledger: "Ledger"):
+        self._fh, self._ledger = fh, ledger
         fh.seek(0)
-        self.entries = _parse(path, fh.read().splitlines())
+        self._state = ledger._verified(fh.read().splitlines())
+        self.entries = self._state.entries
 
     def append(self, entries: list[LedgerEntry]) -> None:
         if not entries:
             return
+        key, state = self._ledger.key(), self._state
+        previous = state.last
+        if previous is None:  # the chain starts here, after whatever unchained lines an older ledger holds
+            self._fh.seek(0)
+            previous = chain_start("\n".join(self._fh.read().splitlines()))
+        text = []
+        for entry in entries:
+            state.lines += 1
+            content = entry.as_dict()
+            previous = chain_tag(key, previous, state.lines, content)
+            text.append(strict_dumps({**content, "seq": state.lines, "chain": previous}) + "\n")
         self._fh.seek(0, os.SEEK_END)
-        self._fh.write("".join(strict_dumps(e.as_dict()) + "\n" for e in entries))
+        self._fh.write("".join(text))
         self._fh.flush()
         os.fsync(self._fh.fileno())
+        state.last = previous
+        self._ledger._write_head(key, state.lines, previous)  # after the lines: a crash between leaves the head behind
         self.entries += entries
 
 
@@ -96,6 +196,40 @@ class Ledger:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.key_path = self.path.with_name(self.path.name + ".key")
+        self.head_path = self.path.with_name(self.path.name + ".head")
+
+    def _existing_key(self) -> bytes | None:
+        try:
+            key = self.key_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        if len(key) != 32:
+            raise InputError(f"the privacy ledger's key {self.key_path} is damaged ({len(key)} bytes, not 32); "
+                             "restore it from a backup: the ledger's chain and default dataset ids depend on it")
+        return key
+
+    def _head(self) -> dict | None:
+        try:
+            head = json.loads(self.head_path.read_text())
+        except FileNotFoundError:
+            return None
+        except (ValueError, UnicodeDecodeError):
+            raise LedgerTampered(self.path, None, f"{self.head_path.name} is not readable JSON") from None
+        if not isinstance(head, dict) or not isinstance(head.get("lines"), int) or not isinstance(head.get("tag"), str):
+            raise LedgerTampered(self.path, None, f"{self.head_path.name} lacks its lines and tag")
+        return head
+
+    def _write_head(self, key: bytes, lines: int, last: str) -> None:
+        tmp = self.head_path.with_name(self.head_path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps({"lines": lines, "tag": last, "mac": head_tag(key, lines, last)}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.head_path)
+
+    def _verified(self, lines: list[str]) -> ChainState:
+        return _check_chain(self.path, lines, self._existing_key(), self._head())
 
     def key(self) -> bytes:
         """The ledger's secret (32 random bytes, created on first use, owner-only): it keys the default dataset
@@ -104,11 +238,7 @@ class Ledger:
         try:
             fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
-            key = self.key_path.read_bytes()
-            if len(key) != 32:
-                raise InputError(f"the privacy ledger's key {self.key_path} is damaged ({len(key)} bytes, not 32); "
-                                 "restore it from a backup: the ledger's default dataset ids depend on it") from None
-            return key
+            return self._existing_key()
         key = secrets.token_bytes(32)
         with os.fdopen(fd, "wb") as fh:
             fh.write(key)
@@ -116,11 +246,14 @@ class Ledger:
             os.fsync(fh.fileno())
         return key
 
-    def check_writable(self) -> None:
-        """Prove the ledger can be locked and appended to, before any private record is read."""
+    def check_writable(self) -> bool:
+        """Prove the ledger can be locked and appended to, before any private record is read; return whether this
+        created it (a new ledger: every dataset starts from a full budget, which the caller says aloud)."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a") as fh:
+            new = not self.path.exists()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "a") as fh:
                 fcntl.flock(fh, fcntl.LOCK_EX)
                 fcntl.flock(fh, fcntl.LOCK_UN)
             self.key()
@@ -129,34 +262,58 @@ class Ledger:
                       errno.ENOSPC: "no space left"}.get(err.errno, err.strerror or type(err).__name__)
             raise InputError(f"the privacy ledger {self.path} is not writable ({reason}); nothing was read or "
                              "trained. Make it writable, or point privacy.ledger_path at a writable file.") from None
+        return new
 
     @contextmanager
     def transaction(self) -> Iterator[_Transaction]:
         """Read every entry and append, all under one exclusive lock."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            fh = open(self.path, "a+")
+            fh = os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600), "a+")
         except OSError as err:
             raise InputError(f"the privacy ledger {self.path} cannot be opened for writing ({err.strerror}); "
                              "make it writable or point privacy.ledger_path elsewhere.") from None
         with fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
-                yield _Transaction(fh, self.path)
+                yield _Transaction(fh, self)
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def read(self) -> list[LedgerEntry]:
+    def state(self) -> ChainState:
+        """Every entry, the chain and the head checked (under a shared lock)."""
         if not self.path.exists():
-            return []
-        with open(self.path) as fh:
+            if self._head() is not None:
+                raise LedgerTampered(self.path, 1, "the ledger file is gone but its head records lines")
+            return ChainState([], 0, 0, None)
+        try:
+            fh = open(self.path)
+        except OSError as err:
+            raise InputError(f"the privacy ledger {self.path} is not writable ({err.strerror}); nothing was read or "
+                             "trained. Make it writable, or point privacy.ledger_path at a writable file.") from None
+        with fh:
             fcntl.flock(fh, fcntl.LOCK_SH)
             lines = fh.read().splitlines()
-        return _parse(self.path, lines)
+            return self._verified(lines)
+
+    def read(self) -> list[LedgerEntry]:
+        return self.state().entries
 
 
 def read_ledger(path: str | Path) -> list[LedgerEntry]:
     return Ledger(path).read()
+
+
+def verify_ledger(path: str | Path) -> dict:
+    """Check a ledger alone: {"ledger", "ok", "lines", "unchained", "line", "problem"} (never raises on tampering)."""
+    report = {"ledger": str(path), "ok": True, "lines": 0, "unchained": 0, "line": None, "problem": None}
+    try:
+        state = Ledger(path).state()
+    except (LedgerTampered, LedgerUnreadable) as err:
+        return report | {"ok": False, "line": err.line, "problem": err.why}
+    except InputError as err:
+        return report | {"ok": False, "problem": str(err)}
+    return report | {"lines": state.lines, "unchained": state.unchained, "head_lag": state.head_lag}
 
 
 def dataset_delta(entries: list[LedgerEntry]) -> float | None:

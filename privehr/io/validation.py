@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import secrets
+import shutil
 from pathlib import Path
 
 import great_expectations as gx
@@ -35,6 +39,7 @@ from privehr.io.ehr_table import EHRTable, read_ehr_table
 from privehr.io.expectation_suites import ehr_suite_for, read_suite, suite_names
 from privehr.io.hdf5_fixed import FixedFrame
 from privehr.io.mimic_extract import _vitals_columns, check_extract, read_patients
+from privehr.io.pages import SHARED_ASSETS
 from privehr.core.run_layout import RunLayout
 
 __all__ = ["ValidationFailed", "validate_extract", "validate_ehr", "run_suites", "output_dirs", "failure_message",
@@ -70,9 +75,11 @@ def _observed(result: dict, index_column: str | None) -> str:
 
 
 def run_suites(frames: dict[str, pd.DataFrame], gx_dir: Path,
-               suites: dict[str, gx.ExpectationSuite] | None = None) -> tuple[list[dict], str]:
+               suites: dict[str, gx.ExpectationSuite] | None = None,
+               assets_dir: Path | None = None) -> tuple[list[dict], str]:
     """Validate each frame with the suite of the same name (from ``suites``, else the stored one); return one row per
-    expectation and the Data Docs index path."""
+    expectation and the Data Docs index path. With ``assets_dir`` (the artifacts directory), the Data Docs link
+    its one shared copy of GX's static assets (:func:`share_static_assets`)."""
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     ctx = gx.get_context(mode="file", project_root_dir=str(gx_dir))
     ctx.variables.progress_bars = {"globally": False}
@@ -99,7 +106,52 @@ def run_suites(frames: dict[str, pd.DataFrame], gx_dir: Path,
                              "observed": _observed(r.result or {}, index_column),
                              "rule": meta.get("rule", ""), "fix": meta.get("fix", "")})
     site = Path(gx_dir) / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    if assets_dir is not None:
+        share_static_assets(site.parent, Path(assets_dir))
     return rows, str(site)
+
+
+def artifacts_root(run_dir: str | Path) -> Path | None:
+    """The artifacts directory above a run directory (a synthesis subflow's run is inside its pipeline run); None
+    where ``run_dir`` is no run directory (no provenance.json)."""
+    run = Path(run_dir)
+    if not RunLayout(run).provenance.exists():
+        return None
+    while RunLayout(run.parent).provenance.exists():
+        run = run.parent
+    return run.parent
+
+
+_STATIC_LINK = re.compile(r"""(?P<quote>["'(])(?P<up>(?:\.\.?/)*)static/""")
+
+
+def share_static_assets(site: Path, artifacts: Path) -> Path:
+    """Keep one copy of Great Expectations' images, fonts and styles (3.6 MB) per artifacts directory,
+    ``<artifacts>/_static/gx-<version>/``, instead of one per validation: the site's ``static/`` is removed and its
+    pages link the shared copy (relative links, so they open from disk and under ``privehr serve`` alike)."""
+    static = site / "static"
+    shared = artifacts / SHARED_ASSETS / f"gx-{gx.__version__}"
+    if not static.is_dir():
+        return shared
+    if not shared.is_dir():  # copied aside, then renamed: two runs at once leave one whole copy
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        partial = shared.parent / f".{shared.name}-{secrets.token_hex(4)}"
+        shutil.copytree(static, partial)
+        try:
+            os.rename(partial, shared)
+        except OSError:
+            shutil.rmtree(partial, ignore_errors=True)
+    shutil.rmtree(static)
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+
+        def relink(match, page=page):
+            if (page.parent / match["up"]).resolve() != site.resolve():
+                return match[0]  # not the site's static/ folder
+            return match["quote"] + os.path.relpath(shared, page.parent) + "/"
+
+        page.write_text(_STATIC_LINK.sub(relink, text))
+    return shared
 
 
 def _quarantine_patients(patients: pd.DataFrame, spec: MimicExtractSpec) -> pd.DataFrame:
@@ -223,7 +275,8 @@ def validate_extract(hdf5_path: str | Path, run_dir: str | Path, spec: MimicExtr
                                                                   patients["icustay_id"].to_numpy(), chunk_rows)
         interventions = _profile_interventions(h5, spec, chunk_rows)
     names = suite_names(spec)
-    rows, docs = run_suites(dict(zip(names, [patients, variables, stays, interventions])), dirs[0])
+    rows, docs = run_suites(dict(zip(names, [patients, variables, stays, interventions])), dirs[0],
+                            assets_dir=artifacts_root(run_dir))
     patients_q = _quarantine_patients(patients, spec)
     stay_level = pd.concat([patients_q[["icustay_id", "reason"]],
                             hourly_q.loc[hourly_q["column"] == "hours_in", ["icustay_id", "reason"]]])
@@ -246,7 +299,7 @@ def validate_ehr(path: str | Path, run_dir: str | Path, spec: EHRTableSpec) -> t
     dirs[0].mkdir(parents=True, exist_ok=True)
     table = read_ehr_table(path, spec)
     suite, suite_source = ehr_suite_for(spec)
-    rows, docs = run_suites({spec.name: table.parsed}, dirs[0], {spec.name: suite})
+    rows, docs = run_suites({spec.name: table.parsed}, dirs[0], {spec.name: suite}, artifacts_root(run_dir))
     summary = _write_outputs(dirs, rows, docs, {spec.name: table.quarantine}, {
         "input": str(path), "kind": "ehr_table", "spec": spec.name, "suite": suite_source, **table.decisions})
     return summary, table

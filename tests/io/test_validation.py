@@ -180,3 +180,34 @@ def test_a_few_quarantined_stays_do_not_fail_the_delivery(simulated, tmp_path):
     patients.iloc[0, patients.columns.get_loc("mort_icu")] = np.nan
     s = _validate(_write(simulated, tmp_path / "one.h5", patients=patients), tmp_path / "run")
     assert s["passed"] and not [r for r in s["failed_critical"] if r["expectation"] == "share_of_stays_quarantined"]
+
+
+def test_data_docs_share_one_copy_of_the_static_assets_per_artifacts_directory(tmp_path):
+    """Great Expectations' images and fonts (3.6 MB) once under <artifacts>/_static, not in every validation; every
+    page's link to them resolves (from disk, and the served paths include them)."""
+    import re
+
+    from privehr.core.specs import load_ehr_spec
+    from privehr.io.demo_data import write_demo_ehr
+    from privehr.io.pages import is_page
+    from privehr.io.validation import validate_ehr
+
+    table = write_demo_ehr(tmp_path / "ehr.csv")["path"]
+    artifacts = tmp_path / "artifacts"
+    sites = []
+    for run in ("r1", "r2"):
+        (artifacts / run).mkdir(parents=True)
+        (artifacts / run / "provenance.json").write_text("{}")
+        summary, _ = validate_ehr(table, artifacts / run, load_ehr_spec("harrod_ehr"))
+        sites.append(Path(summary["data_docs"]).parent)
+    (shared,) = (artifacts / "_static").iterdir()
+    assert any(shared.rglob("*.png")) and not any((site / "static").exists() for site in sites)
+    linked = 0
+    for site in sites:
+        for page in site.rglob("*.html"):
+            for link in re.findall(r'(?:href|src)="([^"#:?]+_static/[^"#?]+)"', page.read_text()):
+                linked += 1
+                target = (page.parent / link).resolve()
+                assert target.is_file() and target.is_relative_to(shared.resolve()), link
+                assert is_page(target.relative_to(artifacts.resolve()).parts)
+    assert linked >= 2

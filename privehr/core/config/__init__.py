@@ -17,7 +17,7 @@ deployment parameters against the same schema, so a bad value is refused before 
 """
 
 from privehr.core.config.base import (AuditedMethod, DPSGDClipping, FineGrainedClipping, Label, Loss, Method, Model,
-                                      PositiveFloat, _moved, _resume_needs_run_id, _Strict)
+                                      PositiveFloat, RUN_ID_PATTERN, RunId, _moved, _resume_needs_run_id, _Strict)
 from privehr.core.config.privacy import PrivacyConfig, _default_ledger, _ledger_beside_runs
 from privehr.core.config.data import DEFAULT_PAGES_PORT, DataConfig, PagesConfig, StewardConfig, ValidationConfig
 from privehr.core.config.synthesis import (MARGINAL_SYNTHESIZERS, Budget, DPNFConfig, EHRPrepareConfig, HFlowConfig,
@@ -31,7 +31,7 @@ from privehr.core.config.audit import AuditConfig
 from privehr.core.config.profiles import BRIDGES_2023_EPSILONS, DEMO_SYNTHESIS, PROFILES, load_config
 
 __all__ = ["Label", "Model", "Method", "AuditedMethod", "Loss", "DPSGDClipping", "FineGrainedClipping",
-           "PositiveFloat", "PrivacyConfig", "DataConfig", "ValidationConfig", "PagesConfig", "DEFAULT_PAGES_PORT",
+           "PositiveFloat", "RunId", "RUN_ID_PATTERN", "PrivacyConfig", "DataConfig", "ValidationConfig", "PagesConfig", "DEFAULT_PAGES_PORT",
            "StewardConfig", "MICEConfig", "StaticImputationConfig", "EHRPrepareConfig", "DPNFConfig", "HFlowConfig",
            "MarginalConfig", "Synthesizer", "MARGINAL_SYNTHESIZERS", "SynthesisMICEConfig", "Budget",
            "SynthesisConfig", "SplitConfig", "NonPrivateSettings", "NonPrivateConfig", "DPSGDSettings",

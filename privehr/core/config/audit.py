@@ -41,6 +41,9 @@ class AuditConfig(_Strict):
 
     _delta_moved = _moved("delta", "privacy.delta")
 
+    _below_ceiling = model_validator(mode="after")(
+        lambda self: self.privacy.check_targets([self.epsilon], "epsilon") or self)
+
     @model_validator(mode="after")
     def _even(self):
         if self.shadows % 2:

@@ -7,7 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["AuditedMethod", "DPSGDClipping", "FineGrainedClipping", "Label", "Loss", "Method", "Model", "PositiveFloat"]
+__all__ = ["AuditedMethod", "DPSGDClipping", "FineGrainedClipping", "Label", "Loss", "Method", "Model", "PositiveFloat",
+           "RunId", "RUN_ID_PATTERN"]
 
 
 Label = Literal["mort_hosp", "mort_icu", "los_3", "los_7"]
@@ -23,6 +24,13 @@ DPSGDClipping = Literal["ghost", "hooks", "functorch"]
 FineGrainedClipping = Literal["flat", "per_layer", "per_unit", "sparsified"]
 # a privacy budget is a finite positive number: inf, nan and "Infinity" are refused (inf is no privacy at all)
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# a run id names one directory inside artifacts_dir: it starts with a letter or digit, so ".", "..", ".hidden" and
+# "_static" (the artifacts directory's shared Data Docs assets) can never be one
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN, description="a directory name inside artifacts_dir: letters, "
+                                                                 "digits, '.', '_', '-', starting with a letter or "
+                                                                 "digit (default: a UTC timestamp plus a random "
+                                                                 "suffix)")]
 
 
 def _moved(old: str, new: str):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from privehr.core.config.base import _Strict
+from privehr.core.config.base import RunId, _Strict
 
 __all__ = ["DataConfig", "DEFAULT_PAGES_PORT", "PagesConfig", "StewardConfig", "ValidationConfig"]
 
@@ -57,4 +57,4 @@ class StewardConfig(_Strict):
     validation: ValidationConfig = ValidationConfig()
     pages: PagesConfig = PagesConfig()
     artifacts_dir: Path = Path("artifacts")
-    run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$")
+    run_id: RunId | None = None

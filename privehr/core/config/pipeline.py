@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from privehr.core.config.base import _resume_needs_run_id, _Strict, Label
+from privehr.core.config.base import _resume_needs_run_id, _Strict, Label, RunId
 from privehr.core.config.privacy import _default_ledger, _ledger_beside_runs, PrivacyConfig
 from privehr.core.config.data import DataConfig, PagesConfig, ValidationConfig
 from privehr.core.config.synthesis import StaticImputationConfig, SynthesisConfig
@@ -42,8 +42,7 @@ class PipelineConfig(_Strict):
     pages: PagesConfig = PagesConfig()
     versioning: VersioningConfig = VersioningConfig()
     artifacts_dir: Path = Field(Path("artifacts"), description="runs go to <artifacts_dir>/<run-id>/")
-    run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$",
-                               description="defaults to a UTC timestamp plus a random suffix")
+    run_id: RunId | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     resume: bool = Field(False, description="continue run_id's directory: grid cells whose results exist for "
                                             "the same input, cell, hyperparameters and seed are not retrained")
@@ -67,6 +66,14 @@ class PipelineConfig(_Strict):
                 raise ValueError(f"synthesis.privacy.{sorted(shared)[0]}: the synthesis subflow uses the pipeline's "
                                  "privacy settings; set them under privacy (synthesis.privacy takes only dataset_id, "
                                  "the EHR table's own identity)")
+        return self
+
+    @model_validator(mode="after")
+    def _below_ceiling(self):
+        if "dp_sgd" in self.training.methods:
+            self.privacy.check_targets(self.training.dp_sgd.epsilons, "training.dp_sgd.epsilons")
+        if self.synthesis is not None:
+            self.privacy.check_targets([*self.synthesis.epsilons, self.synthesis.count_epsilon], "synthesis.epsilons")
         return self
 
     _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))

@@ -7,7 +7,7 @@ import json
 
 import yaml
 
-from privehr.core.errors import InputError
+from privehr.core.errors import InputError, settings_error, where_in_text
 from privehr.core.config.pipeline import PipelineConfig
 
 __all__ = ["BRIDGES_2023_EPSILONS", "DEMO_SYNTHESIS", "load_config", "PROFILES"]
@@ -50,12 +50,15 @@ def load_config(path: str | Path | None = None, profile: str = "demo", **overrid
         path = Path(path)
         if not path.exists():
             raise InputError(f"config file not found: {path}")
-        text = path.read_text()
         try:
+            text = path.read_text()
             raw = (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
         except (yaml.YAMLError, json.JSONDecodeError) as err:
-            raise InputError(f"config file {path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
-                             f"{err}; fix the line it names") from None
+            raise InputError(f"config file {path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}"
+                             f"{where_in_text(err)}; fix that line") from None
+        except (UnicodeDecodeError, IsADirectoryError) as err:
+            raise InputError(f"config file {path} cannot be read as UTF-8 text ({type(err).__name__}); save it as "
+                             "UTF-8") from None
         if not isinstance(raw, dict):
             raise InputError(f"config file {path} must hold a mapping of settings")
     raw = _merge(PROFILES[profile], raw)
@@ -70,4 +73,4 @@ def load_config(path: str | Path | None = None, profile: str = "demo", **overrid
     try:
         return PipelineConfig.model_validate(raw)
     except ValueError as err:
-        raise InputError(f"invalid configuration: {err}") from None
+        raise settings_error(err, "configuration " + (str(path) if path is not None else "(profile and options)"), raw) from None

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from privehr.core.config.base import _moved, _resume_needs_run_id, _Strict, FineGrainedClipping, PositiveFloat
+from privehr.core.config.base import _moved, _resume_needs_run_id, _Strict, FineGrainedClipping, PositiveFloat, RunId
 from privehr.core.config.privacy import _ledger_beside_runs, PrivacyConfig
 
 __all__ = ["Budget", "DPNFConfig", "EHRPrepareConfig", "HFlowConfig", "MARGINAL_SYNTHESIZERS", "MarginalConfig",
@@ -42,7 +42,7 @@ class EHRPrepareConfig(_Strict):
     mice: MICEConfig = MICEConfig()
     stop_on_critical: bool = True
     artifacts_dir: Path = Path("artifacts")
-    run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$")
+    run_id: RunId | None = None
 
 
 class DPNFConfig(_Strict):
@@ -172,6 +172,8 @@ class SynthesisConfig(EHRPrepareConfig):
 
     _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))
     _ledger_beside_runs = model_validator(mode="after")(lambda self: _ledger_beside_runs(self))
+    _below_ceiling = model_validator(mode="after")(
+        lambda self: self.privacy.check_targets([*self.epsilons, self.count_epsilon], "epsilons") or self)
     _delta_moved = _moved("delta", "privacy.delta")
     _ledger_moved = _moved("ledger_path", "privacy.ledger_path")
     _budget_moved = _moved("budget_epsilon", "privacy.budget_epsilon")

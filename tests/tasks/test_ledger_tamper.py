@@ -1,0 +1,172 @@
+"""The ledger is tamper-evident: an edited epsilon, a deleted middle line, two lines swapped, a cut file and a
+replaced key are each refused naming the line, by a run's read and by `privehr privacy ledger --verify` (exit status
+1; 0 for an intact ledger, --json too). An old unchained ledger is read and chained from its last line."""
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from privehr.cli import main
+from privehr.core.errors import InputError
+from privehr.io.privacy_ledger import Ledger, LedgerTampered, record_release, reserve, verify_ledger
+from privehr.models.privacy.ledger import LedgerEntry
+
+
+def _entry(epsilon: float, what: str) -> LedgerEntry:
+    return LedgerEntry("", "", "dp", epsilon=epsilon, what=what)
+
+
+def _ledger(path: Path, old_lines: int = 0) -> Ledger:
+    """Five lines: ``old_lines`` written by an older privehr (no chain), then reservations and a release."""
+    if old_lines:
+        path.write_text("".join(json.dumps(LedgerEntry("d", f"old#{i}", "dp", epsilon=0.5).as_dict()) + "\n"
+                                for i in range(old_lines)))
+    ledger = Ledger(path)
+    ledger.check_writable()
+    ids, _, _ = reserve(ledger, "d", "r1", {k: _entry(1.0, k) for k in "abcd"[:4 - old_lines]}, None, 1e-5, False,
+                        "releases")
+    record_release(path, ids["a"], _entry(1.0, "a"))
+    return ledger
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines(keepends=True)
+
+
+def _edit_epsilon(path):
+    lines = _lines(path)
+    lines[2] = lines[2].replace('"epsilon": 1.0', '"epsilon": 0.1')
+    path.write_text("".join(lines))
+    return 3
+
+
+def _delete_middle(path):
+    lines = _lines(path)
+    del lines[2]
+    path.write_text("".join(lines))
+    return 3
+
+
+def _swap(path):
+    lines = _lines(path)
+    lines[1], lines[2] = lines[2], lines[1]
+    path.write_text("".join(lines))
+    return 2
+
+
+def _truncate_lines(path):
+    path.write_text("".join(_lines(path)[:3]))
+    return 4
+
+
+def _truncate_bytes(path):
+    text = path.read_text()
+    path.write_text(text[: len(text) - 40])  # a cut inside the last line
+    return 5
+
+
+def _replace_key(path):
+    Path(str(path) + ".key").write_bytes(os.urandom(32))
+    return 1
+
+
+def _delete_head(path):
+    Path(str(path) + ".head").unlink()
+    return None
+
+
+TAMPERING = {"edit_epsilon": _edit_epsilon, "delete_middle_line": _delete_middle, "swap_two_lines": _swap,
+             "truncate_lines": _truncate_lines, "truncate_bytes": _truncate_bytes, "replace_key": _replace_key,
+             "delete_head": _delete_head}
+
+
+def test_an_intact_ledger_verifies_and_its_files_are_owner_only(tmp_path, capsys):
+    path = tmp_path / "ledger.jsonl"
+    _ledger(path)
+    assert verify_ledger(path)["ok"] and len(Ledger(path).read()) == 5
+    for f in (path, Path(f"{path}.key"), Path(f"{path}.head")):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+    assert main(["privacy", "ledger", "--ledger", str(path), "--verify", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+
+
+@pytest.mark.parametrize("how", sorted(TAMPERING))
+def test_a_tampered_ledger_is_refused_naming_the_line(how, tmp_path, capsys):
+    path = tmp_path / "ledger.jsonl"
+    _ledger(path)
+    line = TAMPERING[how](path)
+    report = verify_ledger(path)
+    assert not report["ok"] and report["line"] == line, report
+    with pytest.raises(InputError) as refused:  # what every run's budget check reads
+        reserve(Ledger(path), "d", "r2", {"e": _entry(1.0, "e")}, None, 1e-5, False, "releases")
+    message = str(refused.value)
+    assert (f"line {line}" if line else "its head") in message and "\n" not in message
+    assert main(["privacy", "ledger", "--ledger", str(path), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert "TAMPERED" in out and (f"line {line}" if line else "head") in out
+    assert main(["privacy", "ledger", "--ledger", str(path), "--verify", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["line"] == line
+    assert main(["privacy", "ledger", "--ledger", str(path)]) == 2  # the totals are not shown from it either
+
+
+def test_deleting_the_last_releases_does_not_refund_their_epsilon(tmp_path):
+    """The issue's case: the last two lines deleted by hand (and the head rewritten without the key) are found."""
+    path = tmp_path / "ledger.jsonl"
+    _ledger(path)
+    path.write_text("".join(_lines(path)[:-2]))
+    with pytest.raises(LedgerTampered, match="line 4"):
+        Ledger(path).read()
+    head = Path(f"{path}.head")
+    forged = json.loads(head.read_text()) | {"lines": 3}
+    head.write_text(json.dumps(forged))
+    with pytest.raises(LedgerTampered, match="head"):
+        Ledger(path).read()
+
+
+def test_an_old_unchained_ledger_is_read_and_chained_from_its_last_line(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    _ledger(path, old_lines=2)
+    lines = [json.loads(line) for line in _lines(path)]
+    assert ["chain" in line for line in lines] == [False, False, True, True, True]
+    assert verify_ledger(path) | {"head_lag": 0} == {"ledger": str(path), "ok": True, "lines": 5, "unchained": 2,
+                                                     "line": None, "problem": None, "head_lag": 0}
+    text = path.read_text()
+    path.write_text(text.replace('"epsilon": 0.5', '"epsilon": 0.05', 1))  # an old line edited: the chain covers it
+    assert not verify_ledger(path)["ok"]
+    path.write_text(text + json.dumps(LedgerEntry("d", "late#1", "dp", epsilon=0.1).as_dict()) + "\n")
+    assert verify_ledger(path)["line"] == 6  # an unchained line after the chain began: inserted by hand
+
+
+def test_a_crash_between_a_line_and_its_head_is_not_tampering(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    ledger = _ledger(path)
+    head = Path(f"{path}.head").read_text()
+    reserve(ledger, "d", "r2", {"e": _entry(1.0, "e")}, None, 1e-5, False, "releases")
+    Path(f"{path}.head").write_text(head)  # the head as it was before the last append
+    report = verify_ledger(path)
+    assert report["ok"] and report["head_lag"] == 1
+
+
+def test_a_run_writes_owner_only_files_and_gives_the_umask_back():
+    import tempfile
+
+    from privehr.io.permissions import private_run
+
+    @private_run
+    def run(folder: str) -> int:
+        Path(folder, "patients.csv").write_text("x")
+        Path(folder, "intermediate").mkdir()
+        return os.umask(0o077)
+
+    before = os.umask(0o022)
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            assert run(folder) == 0o077
+            assert stat.S_IMODE(Path(folder, "patients.csv").stat().st_mode) == 0o600
+            assert stat.S_IMODE(Path(folder, "intermediate").stat().st_mode) == 0o700
+        assert os.umask(0o022) == 0o022  # restored after the in-process run
+    finally:
+        os.umask(before)
