@@ -60,6 +60,17 @@ def _noise(config: AuditConfig, *key) -> NoiseSource:
 AUDIT = "membership-inference audit"
 
 
+def audit_ledger(config: AuditConfig) -> Path:
+    """The ledger the audit is recorded in: ``privacy.ledger_path`` when set, else the audited run's own ledger (the
+    absolute path its config.json records), so an audit never starts a ledger of its own in the working directory."""
+    if "ledger_path" in config.privacy.model_fields_set:
+        return Path(config.privacy.ledger_path)
+    saved = RunLayout(config.run_dir).config
+    if saved.exists():
+        return Path(PipelineConfig.model_validate_json(saved.read_text()).privacy.ledger_path)
+    return Path(config.privacy.ledger_path)
+
+
 def _dataset(config: AuditConfig) -> str:
     if config.privacy.dataset_id:
         return config.privacy.dataset_id
@@ -67,7 +78,8 @@ def _dataset(config: AuditConfig) -> str:
     if not Path(run.data.hdf5_path).exists():
         raise InputError(f"the audited run's input {run.data.hdf5_path} is not here, so its dataset cannot be "
                          "identified for the privacy ledger; pass it, or set privacy.dataset_id")
-    return pipeline_dataset_id(run.model_copy(update={"privacy": config.privacy}))
+    privacy = config.privacy.model_copy(update={"ledger_path": audit_ledger(config)})  # that ledger's key
+    return pipeline_dataset_id(run.model_copy(update={"privacy": privacy}))
 
 
 @task(name="plan-audit")
@@ -75,7 +87,7 @@ def plan_audit(config: AuditConfig) -> tuple[str, str]:
     """Reserve the audit in the ledger and draw the shadows' membership matrix; return the audit's private
     working directory and the reservation."""
     privacy = config.privacy
-    reservations, _, _ = reserve(Ledger(privacy.ledger_path), _dataset(config), ledger_run(config.run_dir) + "/audit",
+    reservations, _, _ = reserve(Ledger(audit_ledger(config)), _dataset(config), ledger_run(config.run_dir) + "/audit",
                                  {AUDIT: LedgerEntry("", "", "non_private", what=AUDIT)}, privacy.budget_epsilon,
                                  privacy.delta, False, AUDIT)
     _, y, _ = _population(config)
@@ -175,7 +187,7 @@ def evaluate_attacks(config: AuditConfig, work: str, results: dict[str, list[str
         ax.set_title(mechanism if mechanism == "non_private" else f"{mechanism} (epsilon {config.epsilon:g})")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    record_release(config.privacy.ledger_path, reservation, LedgerEntry("", "", "non_private", what=AUDIT))
+    record_release(audit_ledger(config), reservation, LedgerEntry("", "", "non_private", what=AUDIT))
     fig.savefig(out_dir / "lira_roc.png", dpi=120)
     plt.close(fig)
     (out_dir / "audit.json").write_text(json.dumps(report, indent=2))

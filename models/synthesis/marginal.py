@@ -89,12 +89,13 @@ import importlib.metadata
 import itertools
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from privehr.core.registry import Registry
 from privehr.models.privacy.zcdp import cdp_rho
 
 __all__ = ["MARGINAL_MECHANISMS", "MarginalMechanism", "marginal_available", "synthesize_marginal",
@@ -562,25 +563,34 @@ def _run_mst(mbi, table: _Table, budget: _Budget, rows, rng, *, compress: bool =
 # Registry and entry point
 # --------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
 class MarginalMechanism:
     """One registered mechanism: ``run(mbi, table, budget, rows, rng, **options)`` and its default options."""
 
     name: str
     reference: str
-    run: Callable
     defaults: Mapping[str, object]
 
+    @staticmethod
+    def run(mbi, table, budget, rows, rng, **options):
+        raise NotImplementedError
 
-MARGINAL_MECHANISMS: dict[str, MarginalMechanism] = {
-    "aim": MarginalMechanism(
-        "aim", "McKenna, Mullins, Sheldon, Miklau, VLDB 2022, arXiv:2201.12677", _run_aim,
-        {"degree": 2, "workload": None, "rounds": None, "max_model_size": 2.0, "max_iters": 250,
-         "final_iters": 1000, "alpha": 0.9}),
-    "mst": MarginalMechanism(
-        "mst", "McKenna, Miklau, Sheldon, JPC 2021, arXiv:2108.04978", _run_mst,
-        {"compress": True, "compress_threshold": 3.0, "select_iters": 1000, "final_iters": 2500}),
-}
+
+MARGINAL_MECHANISMS: Registry[MarginalMechanism] = Registry("marginal mechanism")
+
+
+@MARGINAL_MECHANISMS.register
+class AIMMechanism(MarginalMechanism):
+    name, reference = "aim", "McKenna, Mullins, Sheldon, Miklau, VLDB 2022, arXiv:2201.12677"
+    defaults = {"degree": 2, "workload": None, "rounds": None, "max_model_size": 2.0, "max_iters": 250,
+                "final_iters": 1000, "alpha": 0.9}
+    run = staticmethod(_run_aim)
+
+
+@MARGINAL_MECHANISMS.register
+class MSTMechanism(MarginalMechanism):
+    name, reference = "mst", "McKenna, Miklau, Sheldon, JPC 2021, arXiv:2108.04978"
+    defaults = {"compress": True, "compress_threshold": 3.0, "select_iters": 1000, "final_iters": 2500}
+    run = staticmethod(_run_mst)
 
 
 def _check_codes(codes, domain) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -612,9 +622,7 @@ def synthesize_marginal(mechanism: str, codes: np.ndarray, domain: Sequence[int]
     selection's epsilon and choice), the selected cliques and the mbi and JAX versions; with
     ``keep_noisy`` also the noisy marginals measured (DP outputs, for checks).
     """
-    if mechanism not in MARGINAL_MECHANISMS:
-        raise ValueError(f"unknown marginal mechanism {mechanism!r}; known: {sorted(MARGINAL_MECHANISMS)}")
-    spec = MARGINAL_MECHANISMS[mechanism]
+    spec = MARGINAL_MECHANISMS[mechanism]  # an unknown name: ValueError naming the known ones
     unknown = set(options) - set(spec.defaults)
     if unknown:
         raise TypeError(f"{mechanism} has no option(s) {sorted(unknown)}; options: {sorted(spec.defaults)}")
