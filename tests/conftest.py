@@ -17,6 +17,22 @@ DEMO_EXTRACT = SHARED / "mimic_extract" / "demo" / "all_hourly_data.h5"
 HARROD_TABLE = SHARED / "reference_data" / "harrod_ehr" / "EHR_dataset.csv"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _accountant_calls_once_per_session():
+    """The suite runs the same configurations in many tests; each (sigma, q, T, delta) and each calibration is
+    computed once per session here. The product builds every plan once per release and caches nothing (the
+    pipeline test counts its calibrations through this memo); this only spares the tests the repeats across runs."""
+    import functools
+
+    import privehr.models.privacy.release_plan as release_plan
+
+    saved = release_plan.calibrate_noise_multiplier, release_plan.epsilon_spent
+    release_plan.calibrate_noise_multiplier = functools.cache(saved[0])
+    release_plan.epsilon_spent = functools.cache(saved[1])
+    yield
+    release_plan.calibrate_noise_multiplier, release_plan.epsilon_spent = saved
+
+
 def _shared(path: Path, what: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} not found: {what} lives in ../shared (present in CI, absent from a plain clone)")
