@@ -1,7 +1,8 @@
 """privehr-pipeline: [dvc pull of missing inputs] -> ingest -> validate (GX gate) -> cohort -> split
--> check labels -> features -> [privehr-synthesize subflow on the EHR table] -> budget check (reserves every
-release) -> search[cell] -> fit[cell, seed] (each release into the ledger as it is trained, its test predictions
-kept under intermediate/) -> report (medians, calibration, bootstrap intervals, subgroups, report.html) -> version.
+-> check labels -> record counts (DP) -> features (public or DP statistics) -> [privehr-synthesize subflow on the
+EHR table] -> budget check (reserves every release) -> search[cell] -> fit[cell, seed] (each release into the
+ledger as it is trained, its test predictions kept under intermediate/) -> report (medians, calibration, bootstrap
+intervals, subgroups, report.html) -> release bundle (DP evaluation, model card, manifest) -> version.
 
 The flow only wires tasks; each task reads and writes files in ``artifacts/<run-id>/`` and passes
 paths on, so no patient-level value enters Prefect's database or result storage. The ledger is proven
@@ -25,6 +26,8 @@ from privehr.core.config import PipelineConfig
 from privehr.tasks.cohort import build_cohort
 from privehr.tasks.compute import CONCURRENT_FITS
 from privehr.tasks.features import build_features
+from privehr.tasks.record_counts import COUNTS_KEY, STATISTICS_KEY, check_preprocessing_budget, release_record_counts
+from privehr.tasks.release_bundle import write_release_bundle
 from privehr.tasks.ingest import ingest_extract
 from privehr.tasks.release_budget import check_privacy_budget
 from privehr.tasks.report import write_report
@@ -68,8 +71,12 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
         with clock.stage("split"):
             manifest = split_cohort(cohort, config.split, run_dir)
             check_labels(manifest, config.labels)
+        with clock.stage("record counts"):  # before any plan: every plan is built from them
+            preprocessing = check_preprocessing_budget(run_dir, config)
+            release_record_counts(run_dir, config, preprocessing.get(COUNTS_KEY))
         with clock.stage("features"):
-            features = build_features(cohort, manifest, run_dir)
+            features = build_features(cohort, manifest, run_dir, config.release.featurizer, config.privacy,
+                                      preprocessing.get(STATISTICS_KEY))
         if config.static_imputation is not None:
             with clock.stage("static imputation"):
                 impute_static_table(str(data.hdf5_path), cohort, manifest, run_dir, config.static_imputation, spec)
@@ -97,6 +104,9 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
         rows = [r.result() for r in runs]
         summary = write_report(run_dir, rows, config.privacy, config.evaluation, config.pages, clock.seconds)
         clock.add("report", summary["stage_seconds"]["report"])
+        if config.release.bundle:
+            with clock.stage("release bundle"):
+                summary["release"] = write_release_bundle(run_dir, rows, config, reservations)
         if config.versioning.dvc:
             with clock.stage("version"):
                 summary["versioning"] = version_run(run_dir, config.versioning.push)

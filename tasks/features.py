@@ -1,4 +1,5 @@
-"""Features: fit the hourly featuriser on training stays only and apply it to every split."""
+"""Features: the hourly featuriser's statistics (public, DP on training patients, or exact on training stays),
+applied to every split."""
 
 from __future__ import annotations
 
@@ -8,21 +9,74 @@ from pathlib import Path
 import numpy as np
 from prefect import task
 
-from privehr.models.data.cohort import LABELS
-from privehr.models.data.hourly_features import HourlyFeaturizer
-from privehr.models.data.patient_split import SPLITS
+from privehr.core.config import FeaturizerSource, PrivacyConfig
 from privehr.core.errors import InputError
 from privehr.core.run_layout import RunLayout
+from privehr.core.strict_json import strict_dumps
+from privehr.io.privacy_ledger import record_release
+from privehr.models.data.cohort import LABELS
+from privehr.models.data.featurizer_statistics import (FeaturizerStatistics, dp_statistics, exact_statistics,
+                                                       public_statistics)
+from privehr.models.data.hourly_features import HourlyFeaturizer
+from privehr.models.data.patient_split import SPLITS
+from privehr.models.privacy.randomness import NoiseSource
+from privehr.models.privacy.release_plan import Reserved
+from privehr.resources import mimic_extract_variables
 from privehr.tasks.cohort import load_cohort
 from privehr.tasks.run_logging import run_logger
 from privehr.tasks.split import load_manifest
 
-__all__ = ["build_features", "load_split"]
+__all__ = ["build_features", "load_split", "featurizer_statistics"]
+
+NOTES = {"public": "MIMIC-Extract's published per-variable statistics (Wang et al. 2020): public, no privacy cost",
+         "dp": "Gaussian mechanism on the training patients' clipped values (bounds: MIMIC-Extract's valid ranges)",
+         "reproducible": "the DP mechanism with reproducible noise: not DP",
+         "exact": "exact statistics of the training stays: computed outside any DP guarantee"}
+
+
+def _known(variables: list[str], source: str):
+    table = mimic_extract_variables().set_index("level2")
+    unknown = [v for v in variables if v not in table.index]
+    if unknown:
+        raise InputError(f"release.featurizer: {source} needs MIMIC-Extract's published statistics or valid range of "
+                         f"every variable; {len(unknown)} variable(s) have none (first: {unknown[0]!r}). Use "
+                         "release.featurizer: exact for this file (its bundle is then not DP end to end).")
+    return table.loc[variables]
+
+
+def featurizer_statistics(data: dict, train: np.ndarray, source: FeaturizerSource, privacy: PrivacyConfig,
+                          reserved: Reserved | None):
+    """The featurizer's (mean, std) by ``source``; a DP release enters the ledger before anything is written.
+    Returns (statistics, the ledger's release id or None)."""
+    variables = data["variables"].tolist()
+    if source == "exact":
+        return exact_statistics(data["mean"][train], data["count"][train]), None
+    table = _known(variables, source)
+    if source == "public":
+        return public_statistics(variables, dict(zip(variables, zip(table["mean"], table["sd"])))), None
+    noise = NoiseSource.for_release(privacy.reproducible_noise, "featurizer statistics")
+    statistics = dp_statistics(data["mean"][train], data["count"][train], data["subject_id"][train],
+                               table["valid_low"].to_numpy(float), table["valid_high"].to_numpy(float),
+                               reserved.plan.noise_multiplier, noise.numpy_generator("featurizer"))
+    entry = reserved.plan.ledger_entry(noise.guarantee, "featurizer statistics")
+    return statistics, record_release(privacy.ledger_path, reserved.reservation, entry).release
+
+
+def _released(run: RunLayout):
+    if not run.featurizer.exists():
+        raise RuntimeError("release.featurizer: dp needs the reservation of the preprocessing budget check")
+    saved = json.loads(run.featurizer.read_text())
+    return FeaturizerStatistics(np.array(saved["mean"]), np.array(saved["std"]), "dp",
+                                np.array(saved["fallback"], dtype=bool)), saved["release"]
 
 
 @task(name="features")
-def build_features(cohort_path: str, manifest_path: str, run_dir: str) -> str:
-    """Write ``intermediate/features_<split>.npz`` and ``featurizer.json``; return the directory."""
+def build_features(cohort_path: str, manifest_path: str, run_dir: str, source: FeaturizerSource = "exact",
+                   privacy: PrivacyConfig | None = None, reserved: Reserved | None = None) -> str:
+    """Write ``intermediate/features_<split>.npz`` and ``featurizer.json``; return the directory.
+
+    ``source`` names where the statistics come from (``release.featurizer``); ``dp`` needs the reservation of the
+    preprocessing budget check and records its release in the ledger."""
     data = load_cohort(cohort_path)
     manifest = load_manifest(manifest_path)
     members = {s: np.isin(data["icustay_id"], manifest["icustay_ids"][s]) for s in SPLITS}
@@ -31,8 +85,12 @@ def build_features(cohort_path: str, manifest_path: str, run_dir: str) -> str:
         raise InputError(f"split(s) {empty} received no stays ({len(data['icustay_id'])} cohort stays); use "
                          "a larger input file or other split fractions.")
     train = members["train"]
-    featurizer = HourlyFeaturizer().fit(data["mean"][train], data["count"][train])
     run = RunLayout(run_dir)
+    if source == "dp" and reserved is None:  # a resumed run: its earlier attempt released them (recorded then)
+        statistics, release = _released(run)
+    else:
+        statistics, release = featurizer_statistics(data, train, source, privacy or PrivacyConfig(), reserved)
+    featurizer = HourlyFeaturizer.from_statistics(statistics.mean, statistics.std)
     out_dir = run.intermediate
     for split in SPLITS:
         idx = members[split]
@@ -40,12 +98,13 @@ def build_features(cohort_path: str, manifest_path: str, run_dir: str) -> str:
         np.savez(out_dir / f"features_{split}.npz", values=feats.values, mask=feats.mask, delta=feats.delta,
                  icustay_id=data["icustay_id"][idx], labels=np.stack([data[lab][idx] for lab in LABELS], 1),
                  label_names=np.array(LABELS))
-    fitted = {"fitted_on": "train", "train_stays": int(train.sum()), "delta_fill": featurizer.delta_fill,
+    kind = "reproducible" if release and privacy.reproducible_noise else statistics.source
+    fitted = {"source": kind, "release": release, "delta_fill": featurizer.delta_fill,
               "variables": data["variables"].tolist(), "mean": featurizer.mean_.tolist(),
-              "std": featurizer.std_.tolist(), "observed_fraction": featurizer.observed_fraction_.tolist(),
-              "note": "aggregate statistics of training stays; computed outside any DP guarantee"}
-    run.featurizer.write_text(json.dumps(fitted))
-    run_logger().info("features: fitted on %d training stays, %d variables", train.sum(), len(fitted["variables"]))
+              "std": featurizer.std_.tolist(), "fallback": np.asarray(statistics.fallback).tolist(),
+              "note": NOTES[kind]}
+    run.featurizer.write_text(strict_dumps(fitted))
+    run_logger().info("features: %s statistics of %d variables", kind, len(fitted["variables"]))
     return str(out_dir)
 
 

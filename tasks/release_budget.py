@@ -30,11 +30,26 @@ from privehr.tasks.run_logging import run_logger
 from privehr.io.mimic_extract import read_patients
 from privehr.tasks.synthesis import COUNT_KEY, check_imputed_targets, imputed_tables, needs_noisy_count, synthesizer_of
 from privehr.models.methods import FitSpec, create_method
-from privehr.models.privacy.release_plan import ReleasePlan, Reserved
+from privehr.models.privacy.release_plan import GaussianPlan, ReleasePlan, Reserved
 from privehr.tasks.train import fit_key, saved_fit, saved_search, search_configurations, trial_key
 
 __all__ = ["check_privacy_budget", "check_synthesis_budget", "pipeline_dataset_id", "synthesis_dataset_id",
-           "reserve_planned", "check_delta", "check_ceiling"]
+           "reserve_planned", "check_delta", "check_ceiling", "evaluation_key", "planning_counts"]
+
+
+def evaluation_key(cell: Cell) -> str:
+    """The reservation key of a bundled model's DP evaluation."""
+    return f"{cell.cell_id}/dp-evaluation"
+
+
+def planning_counts(run_dir: str, config: PipelineConfig):
+    """The stays per split that plans are built from: ``record_counts.json`` (DP counts, or exact ones the run
+    declared public). Never the split's exact counts behind the run's back."""
+    path = RunLayout(run_dir).record_counts
+    if not path.exists():
+        raise RuntimeError(f"{path.name} is missing: the record counts are released before any plan is built "
+                           f"(release.record_count: {config.release.record_count})")
+    return read_summary(run_dir, "record_counts")
 
 
 def pipeline_dataset_id(config: PipelineConfig) -> str:
@@ -54,7 +69,7 @@ def synthesis_dataset_id(run_dir: str, config: SynthesisConfig) -> str:
 
 
 def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry], voided: int, what: str,
-             refused: bool = False) -> dict:
+             refused: bool = False, out=None) -> dict:
     before, after = verdict.before, verdict.after
     labels = dict(Counter(GUARANTEES[e.guarantee] for e in planned.values()))
     summary = {"dataset": dataset, "what": what, "refused": refused, "existing_releases": before.releases,
@@ -66,24 +81,25 @@ def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry
                "epsilon_dp_after_run_by_accountant": {"prv": after.epsilon_dp_prv, "rdp": after.epsilon_dp_rdp,
                                                       "pld": after.epsilon_dp_pld},
                "not_dp_after_run": after.not_dp, "delta": after.delta, "budget_epsilon": verdict.budget_epsilon}
-    RunLayout(run_dir).privacy_budget.write_text(strict_dumps(summary, indent=2))
+    (out or RunLayout(run_dir).privacy_budget).write_text(strict_dumps(summary, indent=2))
     if not refused:
         run_logger().info("privacy budget: %d planned %s reserved (%d voided); dataset after the run: %s",
                           len(planned), what, voided, after.guarantee)
     return summary
 
 
-def reserve_planned(run_dir: str, dataset: str, config, planned: dict[str, LedgerEntry], what: str) -> dict[str, str]:
-    """Reserve ``planned``; write privacy_budget.json whether or not the budget admits it."""
+def reserve_planned(run_dir: str, dataset: str, config, planned: dict[str, LedgerEntry], what: str,
+                    out=None) -> dict[str, str]:
+    """Reserve ``planned``; write privacy_budget.json (or ``out``) whether or not the budget admits it."""
     privacy = config.privacy
     check_ceiling(planned, privacy)
     try:
         reservations, verdict, voided = reserve(Ledger(privacy.ledger_path), dataset, ledger_run(run_dir), planned,
                                                 privacy.budget_epsilon, privacy.delta, config.resume, what)
     except BudgetExceeded as refused:
-        _summary(run_dir, dataset, refused.verdict, planned, 0, what, refused=True)
+        _summary(run_dir, dataset, refused.verdict, planned, 0, what, refused=True, out=out)
         raise
-    _summary(run_dir, dataset, verdict, planned, voided, what)
+    _summary(run_dir, dataset, verdict, planned, voided, what, out=out)
     return reservations
 
 
@@ -123,8 +139,8 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
     Each plan is built here, once per release, and handed to the fit that trains by it: returns the reserved
     releases by :func:`privehr.tasks.train.fit_key` / :func:`privehr.tasks.train.trial_key`."""
     training, privacy = config.training, config.privacy
-    split = read_summary(run_dir, "split_summary")
-    n_train, n_fit = split.stays("train"), split.stays("train", "dev")
+    counts = planning_counts(run_dir, config)
+    n_train, n_fit = counts.of("train"), counts.of("train", "dev")
     check_delta(privacy.delta, n_train)
     planned: dict[str, tuple[LedgerEntry, ReleasePlan | None]] = {}
     plans: dict[str, ReleasePlan | None] = {}
@@ -145,6 +161,18 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
             if chosen is not None and saved_fit(run_dir, cell, chosen, seed, training) is not None:
                 continue  # finished by an earlier attempt: already in the ledger
             planned[fit_key(cell, seed)] = (entry, plan)
+        if config.release.bundles(cell.cell_id):
+            if config.resume and fit_key(cell, 0) not in planned and RunLayout(run_dir).dp_evaluation(
+                    cell.cell_id, 0).exists():
+                continue  # its model and its DP evaluation were both made by an earlier attempt
+            if method.guarantee() in ("non_private", "unproven"):
+                raise InputError(f"release.include matches {cell.cell_id}, whose {cell.method} releases have no DP "
+                                 "guarantee; a release bundle holds DP models only. Narrow release.include to DP-SGD "
+                                 "cells (e.g. *-dp_sgd-bce-eps1), or set release.bundle: false.")
+            guarantee = "reproducible" if privacy.reproducible_noise else "dp"
+            evaluation = plans.setdefault("dp evaluation", GaussianPlan.for_epsilon(config.release.evaluation_epsilon,
+                                                                                    privacy.delta))
+            planned[evaluation_key(cell)] = (evaluation.ledger_entry(guarantee, "DP evaluation"), evaluation)
     try:
         reservations = reserve_planned(run_dir, pipeline_dataset_id(config), config,
                                        {k: e for k, (e, _) in planned.items()}, "grid release(s)")

@@ -77,7 +77,7 @@ def _fit(method: TrainingMethod, spec: FitSpec, data: CellData, reserved: Reserv
     noise = NoiseSource.for_release(privacy.reproducible_noise, spec.cell.cell_id, spec.what, spec.seed)
     release = method.fit(spec, data, reserved.plan if reserved else None, noise)
     if reserved is not None:
-        record_release(privacy.ledger_path, reserved.reservation, release.entry)
+        release.ledger_id = record_release(privacy.ledger_path, reserved.reservation, release.entry).release
     return release
 
 
@@ -208,7 +208,7 @@ def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed:
            **{k: info.get(k) for k in ("epochs", "epsilon_prv", "epsilon_rdp", "epsilon_pld", "noise_multiplier",
                                         "sample_rate", "steps", "delta", "accountant", "noise_source")},
            "guarantee": guarantee_label(method.guarantee(), info.get("epsilon"), privacy.epsilon_ceiling),
-           "fit_seconds": round(time.perf_counter() - start, 2)}
+           "fit_seconds": round(time.perf_counter() - start, 2), "release": release.ledger_id}
     row = FitRow.model_validate(strict_json(row)).model_dump(exclude_unset=True)  # typed: resume and report read it
     result_path.write_text(strict_dumps({"key": key, "value": row}))  # last: marks the cell as done
     run_logger().info("fit %s seed %d: test AUROC %.3f%s", cell.cell_id, seed, metrics["auroc"],

@@ -75,6 +75,14 @@ class HourlyFeaturizer(TransformerMixin, BaseEstimator):
         self.observed_fraction_ = n / max(mask.shape[0] * mask.shape[1], 1)
         return self
 
+    @classmethod
+    def from_statistics(cls, mean: np.ndarray, std: np.ndarray, delta_fill: float = 100.0) -> "HourlyFeaturizer":
+        """A featurizer whose statistics come from elsewhere (public ones, a DP release, a release bundle)."""
+        featurizer = cls(delta_fill)
+        featurizer.mean_ = np.asarray(mean, dtype=float)
+        featurizer.std_ = np.where(np.asarray(std, dtype=float) > 1e-8, np.asarray(std, dtype=float), 1.0)
+        return featurizer
+
     def transform(self, mean: np.ndarray, count: np.ndarray) -> HourlyFeatures:
         check_is_fitted(self, ("mean_", "std_"),
                         msg="HourlyFeaturizer must be fitted on training stays before transform")

@@ -17,22 +17,24 @@ from privehr.models.privacy.release_plan import ReleasePlan
 __all__ = ["poisson_indices", "poisson_batch", "set_noised_gradients", "ghost_steps"]
 
 
-def poisson_indices(plan: ReleasePlan, sampler: torch.Generator) -> torch.Tensor:
-    """Indices of the plan's n records, each kept with probability q (``sampler`` is a CPU generator; the batch
-    may be empty). Opacus's Poisson sampler draws the same way: one uniform per record."""
-    return (torch.rand(plan.n, generator=sampler) < plan.sample_rate).nonzero().squeeze(1)
+def poisson_indices(plan: ReleasePlan, sampler: torch.Generator, records: int) -> torch.Tensor:
+    """Indices of ``records`` records, each kept with probability q (``sampler`` is a CPU generator; the batch may
+    be empty). Opacus's Poisson sampler draws the same way: one uniform per record.
+
+    ``records`` is the data's own length, which may differ from the plan's n: a plan is built from a released (DP)
+    count, and Poisson sampling at rate q is DP at q whatever the number of records."""
+    return (torch.rand(records, generator=sampler) < plan.sample_rate).nonzero().squeeze(1)
 
 
 def poisson_batch(x: torch.Tensor, plan: ReleasePlan, sampler: torch.Generator) -> torch.Tensor:
     """The rows of ``x`` each kept with probability q (``sampler`` is a CPU generator; the batch may be empty)."""
-    if len(x) != plan.n:
-        raise ValueError(f"the plan is for {plan.n} records, the data has {len(x)}")
-    return x[poisson_indices(plan, sampler).to(x.device)]
+    return x[poisson_indices(plan, sampler, len(x)).to(x.device)]
 
 
 def set_noised_gradients(sums: dict[torch.nn.Parameter, torch.Tensor], plan: ReleasePlan,
                          generator: torch.Generator) -> None:
-    """``p.grad`` = (clipped sum + N(0, sigma^2 C^2)) / (q n) for every parameter p of ``sums``."""
+    """``p.grad`` = (clipped sum + N(0, sigma^2 C^2)) / (q n) for every parameter p of ``sums``; n is the plan's (a
+    released count where the plan was built from one): an exact count here would scale the weights by it."""
     std, expected = plan.noise_multiplier * plan.max_grad_norm, plan.sample_rate * plan.n
     for p, total in sums.items():
         p.grad = (total + gaussian_noise(total.shape, std, generator, total.device, total.dtype)) / expected
@@ -48,8 +50,6 @@ def ghost_steps(model: torch.nn.Module, losses_fn, data: tuple[torch.Tensor, ...
     :mod:`privehr.models.dpsgd.fine_grained_clipping` ("per_layer", "per_unit", "sparsified" with ``sparsity``, its gammas from
     the release's "sparsify" stream); every mode bounds a sample's clipped gradient by C, so the noise and the
     accounting are the same."""
-    if len(data[0]) != plan.n:
-        raise ValueError(f"the plan is for {plan.n} records, the data has {len(data[0])}")
     if clipping not in CLIPPING_MODES:
         raise ValueError(f"unknown clipping mode {clipping!r}: one of {CLIPPING_MODES}")
     device = data[0].device
@@ -57,7 +57,7 @@ def ghost_steps(model: torch.nn.Module, losses_fn, data: tuple[torch.Tensor, ...
     generator = noise.torch_generator("noise", device)
     sparsify = noise.torch_generator("sparsify", device) if clipping == "sparsified" else None
     while True:
-        idx = poisson_indices(plan, sampler).to(device)
+        idx = poisson_indices(plan, sampler, len(data[0])).to(device)
         batch = tuple(t[idx] for t in data)
         if clipping == "flat":
             losses, _, sums = clipped_gradient_sum(model, losses_fn, batch, plan.max_grad_norm)

@@ -54,6 +54,7 @@ from typing import get_args
 
 import torch
 from opacus import PrivacyEngine
+from opacus.data_loader import DPDataLoader
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -90,23 +91,28 @@ class DPSGDResult:
 
 def make_private_poisson(model: nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
                          plan: ReleasePlan, noise: NoiseSource, grad_sample_mode: str = "hooks"):
-    """Opacus's PrivacyEngine over ``loader`` with Poisson sampling at ``plan``'s q and sigma.
+    """Opacus's PrivacyEngine over ``loader``'s dataset with Poisson sampling at ``plan``'s q and sigma.
 
     Returns (engine, private module, DP optimizer, Poisson loader). The sampler's and the noise's
     generators come from ``noise`` (private to the release, so concurrent releases in one process
     never share torch's global generator); the optimizer draws its noise in Opacus's secure mode.
+    The Poisson loader samples at the plan's q (not at one over the number of batches of the data's own length,
+    which a plan built from a DP count does not know), and the optimizer divides by the plan's q n.
     """
     device = next(p for p in model.parameters() if p.requires_grad).device
+    sampler = noise.torch_generator("sampling")
+    poisson = DPDataLoader(loader.dataset, sample_rate=plan.sample_rate, generator=sampler)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Ss]ecure RNG.*")  # secure_mode's torchcsprng: not for torch 2
         engine = PrivacyEngine(accountant="prv")
-        engine.secure_rng = noise.torch_generator("sampling")  # handed to the Poisson sampler
         private, optimizer, private_loader = engine.make_private(
-            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=plan.noise_multiplier,
-            max_grad_norm=plan.max_grad_norm, poisson_sampling=True, grad_sample_mode=grad_sample_mode,
+            module=model, optimizer=optimizer, data_loader=poisson, noise_multiplier=plan.noise_multiplier,
+            max_grad_norm=plan.max_grad_norm, poisson_sampling=False, grad_sample_mode=grad_sample_mode,
             noise_generator=noise.torch_generator("noise", device))
+    private.forbid_grad_accumulation()  # as make_private does under Poisson sampling
     optimizer.secure_mode = True  # four Gaussians per coordinate (Opacus's floating-point mitigation)
-    if abs(private_loader.sample_rate - plan.sample_rate) > 1e-12:
+    optimizer.expected_batch_size = plan.sample_rate * plan.n  # the plan's n: never the exact count
+    if private_loader.sample_rate != plan.sample_rate:  # (Opacus's own book keeps 1 / int(1 / q): not what we claim)
         raise RuntimeError(f"Opacus samples at q = {private_loader.sample_rate}, the plan at {plan.sample_rate}")
     return engine, private, optimizer, private_loader
 
@@ -164,13 +170,12 @@ def train_dp_sgd(model: nn.Module, x_train: tuple[torch.Tensor, ...], y_train: t
                  grad_sample_mode: str = "ghost", progress=None) -> tuple[nn.Module, DPSGDResult]:
     """Train ``model`` privately for exactly ``plan.steps`` steps; return the (unwrapped) module and the result.
 
-    ``x_train`` are the model's positional inputs (batch first); ``len(y_train)`` must be the plan's n.
+    ``x_train`` are the model's positional inputs (batch first); the plan's n is the count it was built from (a DP
+    count of these records, or their number where it is public), and only scales the noised gradient sum.
     ``grad_sample_mode``: one of :data:`CLIPPING_MODES`. ``progress(done, total)``, if given, is called after
     every epoch of ``plan.steps_per_epoch`` steps.
     """
     x_train = x_train if isinstance(x_train, tuple) else (x_train,)
-    if len(y_train) != plan.n:
-        raise ValueError(f"the plan is for {plan.n} records, the data has {len(y_train)}")
     if grad_sample_mode not in CLIPPING_MODES:
         raise ValueError(f"unknown clipping {grad_sample_mode!r}; choose one of {CLIPPING_MODES}")
     model.train()  # Opacus validates the module in training mode

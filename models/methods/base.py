@@ -91,6 +91,7 @@ class Release:
     info_: dict = field(default_factory=dict)
     model_: object | None = None
     extra_: dict = field(default_factory=dict)  # method-specific learned state (ExpM+NF's draws)
+    ledger_id: str | None = None  # its id in the privacy ledger, once the task has recorded it
 
 
 @dataclass

@@ -17,7 +17,9 @@ check and the end of a run leaves the reserved spend counted.
 Composition of what counts (one dataset, at the ledger's delta):
 
 * DP-SGD entries (Poisson-subsampled Gaussian: DP-SGD classifiers, DP-SGD search trials, DP-NF
-  flows) compose *exactly* as one heterogeneous history by PRV (claimed), RDP and PLD;
+  flows) and Gaussian entries (one Gaussian mechanism on the whole data: a release's featurizer
+  statistics, its DP evaluation histograms; sample rate 1, one step) compose *exactly* as one
+  heterogeneous history by PRV (claimed), RDP and PLD;
 * other (epsilon, delta)-DP entries compose by basic composition (Dwork and Roth, Theorem 3.16);
 * the DP total adds the two; its delta is the ledger's delta plus the other entries' deltas;
 * a release without a proven guarantee (non-private, ExpM+NF whose eps~ is a training parameter,
@@ -38,10 +40,12 @@ from dataclasses import asdict, dataclass, field, fields
 from privehr.models.privacy.accounting import compose_history
 
 __all__ = ["LedgerEntry", "LedgerTotal", "BudgetVerdict", "compose_entries", "check_budget", "MECHANISMS",
+           "GAUSSIAN_MECHANISMS",
            "GUARANTEES", "STATUSES", "effective_entries", "dataset_id_of", "CHAIN_FIELDS", "chain_start", "chain_tag",
            "head_tag", "guarantee_label", "WEAK"]
 
-MECHANISMS = ("dp_sgd", "dp", "non_private", "expm_nf")  # dp: any other (epsilon, delta)-DP release
+MECHANISMS = ("dp_sgd", "gaussian", "dp", "non_private", "expm_nf")  # dp: any other (epsilon, delta)-DP release
+GAUSSIAN_MECHANISMS = ("dp_sgd", "gaussian")  # composed exactly, as (sigma, q, T) histories
 STATUSES = ("reserved", "released", "void")
 GUARANTEES = {  # an entry's guarantee -> how the ledger and the report name it
     "dp": "DP",
@@ -50,7 +54,7 @@ GUARANTEES = {  # an entry's guarantee -> how the ledger and the report name it
     "unproven": "not DP (ExpM+NF: eps~ is a training parameter, no guarantee is proven)",
     "non_private": "not DP (non-private)",
 }
-_DEFAULT_GUARANTEE = {"dp_sgd": "dp", "dp": "dp", "non_private": "non_private", "expm_nf": "unproven"}
+_DEFAULT_GUARANTEE = {"dp_sgd": "dp", "gaussian": "dp", "dp": "dp", "non_private": "non_private", "expm_nf": "unproven"}
 
 
 def _canonical(subject) -> str:
@@ -87,9 +91,9 @@ class LedgerEntry:
     mechanism: str
     epsilon: float | None = None  # claimed epsilon of a DP release; eps~ for ExpM+NF; None for non-private
     delta: float = 0.0            # a "dp" entry's delta (summed); dp_sgd entries compose at the dataset's delta
-    noise_multiplier: float | None = None
-    sample_rate: float | None = None
-    steps: int | None = None
+    noise_multiplier: float | None = None  # dp_sgd and gaussian: noise std over the L2 sensitivity (or the clip norm)
+    sample_rate: float | None = None       # gaussian: 1
+    steps: int | None = None               # gaussian: 1
     run_id: str = ""
     status: str = "released"
     guarantee: str | None = None  # None: the mechanism's default (dp_sgd/dp -> dp, ...)
@@ -111,9 +115,11 @@ class LedgerEntry:
             raise ValueError(f"unknown guarantee {self.guarantee!r}; choose one of {sorted(GUARANTEES)}")
         if self.epsilon is not None and not math.isfinite(self.epsilon):  # old ledgers wrote Infinity
             object.__setattr__(self, "epsilon", None)
-        if self.status != "void" and self.mechanism == "dp_sgd" and None in (
+        if self.mechanism == "gaussian" and (self.sample_rate, self.steps) != (1.0, 1):
+            raise ValueError("a gaussian entry is one step on the whole data: sample_rate 1 and steps 1")
+        if self.status != "void" and self.mechanism in GAUSSIAN_MECHANISMS and None in (
                 self.noise_multiplier, self.sample_rate, self.steps):
-            raise ValueError("a dp_sgd entry needs noise_multiplier, sample_rate and steps")
+            raise ValueError(f"a {self.mechanism} entry needs noise_multiplier, sample_rate and steps")
         if self.status != "void" and self.guarantee == "dp" and self.mechanism == "dp" and self.epsilon is None:
             raise ValueError("a DP entry needs its epsilon")
 
@@ -174,11 +180,11 @@ def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5) -> LedgerTo
     dp = [e for e in counted if e.guarantee == "dp"]
     steps: Counter = Counter()
     for e in dp:
-        if e.mechanism == "dp_sgd":  # T1 steps then T2 steps of one mechanism are T1 + T2 steps of it
+        if e.mechanism in GAUSSIAN_MECHANISMS:  # T1 then T2 steps of one mechanism are T1 + T2 steps of it
             steps[(e.noise_multiplier, e.sample_rate)] += e.steps
     history = [(sigma, q, t) for (sigma, q), t in steps.items()]
     c = compose_history(history, delta, eps_error=0.01)
-    other = [e for e in dp if e.mechanism != "dp_sgd"]
+    other = [e for e in dp if e.mechanism not in GAUSSIAN_MECHANISMS]
     eps_other, delta_other = sum(e.epsilon for e in other), sum(e.delta for e in other)
     not_dp = dict(Counter(GUARANTEES[e.guarantee] for e in counted if e.guarantee != "dp"))
     counts = dict(Counter(e.mechanism for e in counted))

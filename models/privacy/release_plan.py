@@ -31,7 +31,7 @@ from privehr.models.privacy.gdp import gdp_epsilon, gdp_mu, sigma_for_mu
 from privehr.models.privacy.ledger import LedgerEntry
 from privehr.models.privacy.accounting import PrivacySpend, calibrate_noise_multiplier, check_target_epsilon, epsilon_spent
 
-__all__ = ["ReleasePlan", "Reserved", "poisson_rate", "rate_batch"]
+__all__ = ["ReleasePlan", "GaussianPlan", "Reserved", "poisson_rate", "rate_batch"]
 
 
 def poisson_rate(n: int, expected_batch: int) -> float:
@@ -145,9 +145,48 @@ class ReleasePlan:
 
 
 @dataclass(frozen=True)
+class GaussianPlan:
+    """One Gaussian mechanism on the whole private data (a sum or a histogram of sensitivity-bounded records): noise
+    of standard deviation sigma times the L2 sensitivity, sigma calibrated to a target epsilon. It is the
+    subsampled Gaussian at q = 1 for one step, so the ledger composes it exactly with every DP-SGD release.
+
+    >>> plan = GaussianPlan.for_epsilon(0.5, 1e-5)
+    >>> plan.ledger_entry(what="featurizer statistics").mechanism, plan.epsilon <= 0.5
+    ('gaussian', True)
+    """
+
+    noise_multiplier: float
+    delta: float
+    target_epsilon: float
+    spend: PrivacySpend
+
+    @classmethod
+    def for_epsilon(cls, target_epsilon: float, delta: float) -> "GaussianPlan":
+        spend = calibrate_noise_multiplier(check_target_epsilon(target_epsilon), delta, 1.0, 1)
+        return cls(spend.noise_multiplier, delta, target_epsilon, spend)
+
+    @property
+    def epsilon(self) -> float:
+        return self.spend.epsilon
+
+    def ledger_entry(self, guarantee: str = "dp", what: str = "") -> LedgerEntry:
+        s = self.spend
+        return LedgerEntry("", "", "gaussian", self.epsilon, self.delta, self.noise_multiplier, 1.0, 1,
+                           guarantee=guarantee, what=what, epsilon_prv=s.epsilon_prv, epsilon_rdp=s.epsilon_rdp,
+                           epsilon_pld=s.epsilon_pld)
+
+    def record(self) -> dict:
+        s = self.spend
+        return {"mechanism": "gaussian", "noise_multiplier": self.noise_multiplier, "sample_rate": 1.0, "steps": 1,
+                "delta": self.delta, "target_epsilon": self.target_epsilon, "epsilon": self.epsilon,
+                "accountant": s.accountant, "epsilon_prv": s.epsilon_prv, "epsilon_rdp": s.epsilon_rdp,
+                "epsilon_pld": s.epsilon_pld}
+
+
+@dataclass(frozen=True)
 class Reserved:
     """A release the budget check reserved: the ledger's reservation id and the plan it reserved (None for a
     release without a DP mechanism). The fit trains by this very plan: it is built once per release."""
 
     reservation: str
-    plan: ReleasePlan | None = None
+    plan: ReleasePlan | GaussianPlan | None = None

@@ -12,7 +12,7 @@ import sys
 import traceback
 from contextlib import contextmanager
 
-from privehr.cli import audit, data, expectations, infer, privacy, run, serve, synthesize, validate
+from privehr.cli import audit, data, expectations, infer, privacy, release, run, serve, synthesize, validate
 from privehr.cli.common import common_options
 from privehr.cli.watchdog import watch
 from privehr.core.errors import InputError
@@ -22,8 +22,9 @@ __all__ = ["EPHEMERAL_STARTUP_SECONDS", "ORCHESTRATED", "build_parser", "main"]
 # Each adds one top-level command (its subcommands, options and handler), in the order `privehr --help` lists them.
 COMMANDS = (data.add_demo_data_parser, expectations.add_expectations_parser, expectations.add_spec_parser,
             validate.add_validate_parser, validate.add_ehr_prepare_parser, data.add_inspect_parser,
-            run.add_run_parser, privacy.add_privacy_parser, synthesize.add_synthesize_parser, infer.add_infer_parser,
-            audit.add_audit_parser, serve.add_serve_parser, run.add_config_parser)
+            run.add_run_parser, release.add_predict_parser, release.add_release_parser, privacy.add_privacy_parser,
+            synthesize.add_synthesize_parser, infer.add_infer_parser, audit.add_audit_parser,
+            serve.add_serve_parser, run.add_config_parser)
 
 EPHEMERAL_STARTUP_SECONDS = "180"  # Prefect's 20 s default fails on a loaded 2-core machine
 ORCHESTRATED = {"run", "validate", "ehr-prepare", "synthesize", "infer", "audit"}  # start a Prefect server

@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict
 
 from privehr.core.config import Cell, Label, Loss, Method, Model
 
-__all__ = ["FitRow", "IngestSummary", "SplitSummary", "ImputationSummary", "ReleasedCount", "RUN_RECORDS"]
+__all__ = ["FitRow", "IngestSummary", "SplitSummary", "ImputationSummary", "ReleasedCount", "RecordCounts",
+           "RUN_RECORDS"]
 
 
 class FitRow(BaseModel):
@@ -62,6 +63,7 @@ class FitRow(BaseModel):
     noise_source: str | None = None
     guarantee: str
     fit_seconds: float
+    release: str | None = None  # the release's id in the privacy ledger (what a bundle's manifest cites)
 
     @property
     def cell(self) -> Cell:
@@ -114,6 +116,20 @@ class ReleasedCount(_Summary):
     epsilon: float
 
 
+class RecordCounts(_Summary):
+    """``record_counts.json``: the stays per split every plan is built from; ``source`` is "dp" (geometric noise at
+    ``epsilon``, the ledger's ``release``), "reproducible" (the same mechanism with reproducible noise: not DP) or
+    "public" (the exact counts, by the run's explicit choice)."""
+
+    source: str
+    stays: dict[str, int]
+    epsilon: float | None
+    release: str | None
+
+    def of(self, *splits: str) -> int:
+        return sum(self.stays[s] for s in splits)
+
+
 #: which record each run-directory summary is read as (``RunLayout`` attribute -> class)
 RUN_RECORDS = {"ingest": IngestSummary, "split_summary": SplitSummary, "imputation": ImputationSummary,
-               "released_count": ReleasedCount}
+               "released_count": ReleasedCount, "record_counts": RecordCounts}

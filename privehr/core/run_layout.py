@@ -50,6 +50,9 @@ class RunLayout:
     lock = _At(".lock")
     intermediate = _At(INTERMEDIATE, doc="patient-level files: out of DVC, never served")
     privacy_budget = _At("privacy_budget.json", doc="the budget check: the dataset before and after the run")
+    preprocessing_budget = _At("privacy_budget_preprocessing.json",
+                               doc="the first budget check of a pipeline run: its record counts and featurizer "
+                                   "statistics, reserved before the plans that need them")
     validation_dir = _At("validation")
 
     def validation(self, delivery: str) -> tuple[Path, Path]:
@@ -67,6 +70,10 @@ class RunLayout:
     split_summary = _At("split_summary.json", doc="counts, label rates and the manifest's hash (versioned)")
     split_manifest = _At(INTERMEDIATE, "split_manifest.json")
     featurizer = _At("featurizer.json")
+    record_counts = _At("record_counts.json", doc="the stays per split that every plan is built from: DP counts "
+                                                  "(or the exact ones, where the run declared them public)")
+    release_bundle = _At("release", doc="what may leave the hospital: bundled models, featurizer, DP evaluation, "
+                                        "model card, manifest")
     static_imputation = _At("static_imputation.json")
     static_imputed = _At(INTERMEDIATE, "static_imputed")
     models = _At("models")
@@ -89,6 +96,10 @@ class RunLayout:
     def expm_draws(self, cell_id: str, seed: int) -> Path:
         """Every evaluated ExpM+NF draw's test AUROC and AUPRC (for the report's box plots)."""
         return self.model(cell_id, seed).with_suffix(".draws.json")
+
+    def dp_evaluation(self, cell_id: str, seed: int) -> Path:
+        """A bundled model's DP evaluation (a release of its own); a resumed run reuses it for the same model."""
+        return self.root / "dp_evaluations" / f"{cell_id}-seed{seed}.json"
 
     def predictions(self, cell_id: str, seed: int) -> Path:
         return self.intermediate / "predictions" / f"{cell_id}-seed{seed}.npy"

@@ -37,8 +37,9 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from privehr.models.privacy.ledger import (CHAIN_FIELDS, BudgetVerdict, LedgerEntry, LedgerTotal, chain_start,
-                                           chain_tag, check_budget, compose_entries, effective_entries, head_tag)
+from privehr.models.privacy.ledger import (CHAIN_FIELDS, GAUSSIAN_MECHANISMS, BudgetVerdict, LedgerEntry, LedgerTotal,
+                                           chain_start, chain_tag, check_budget, compose_entries, effective_entries,
+                                           head_tag)
 from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps
 
@@ -318,7 +319,7 @@ def verify_ledger(path: str | Path) -> dict:
 
 def dataset_delta(entries: list[LedgerEntry]) -> float | None:
     """The delta a dataset's DP-SGD releases are composed at: the delta they were all made at (None if none)."""
-    deltas = {e.delta for e in entries if e.mechanism == "dp_sgd" and e.status != "void"}
+    deltas = {e.delta for e in entries if e.mechanism in GAUSSIAN_MECHANISMS and e.status != "void"}
     return min(deltas) if deltas else None
 
 

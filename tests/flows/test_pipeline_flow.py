@@ -47,8 +47,13 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
     assert "| not DP (non-private) |" in report and "| DP |" in report
     assert "| not DP (ExpM+NF: eps~ is a training parameter, no guarantee is proven) |" in report
     ledger = metrics["privacy_ledger"]
-    assert ledger["releases"] == metrics["runs"] and ledger["pending"] == 0 and not ledger["dp"]
-    assert ledger["counts"] == {"dp_sgd": 16, "non_private": 8, "expm_nf": 8}
+    # every fit, and the record counts its plans were built from (the bundle's DP evaluations come after the report)
+    assert ledger["releases"] == metrics["runs"] + 1 and ledger["pending"] == 4 and not ledger["dp"]
+    assert ledger["counts"] == {"dp": 1, "dp_sgd": 16, "non_private": 8, "expm_nf": 8, "gaussian": 4}
+    bundle = summary["release"]
+    assert sorted(bundle["models"]) == sorted(f"{lb}-{m}-dp_sgd-bce-eps1" for lb in ("mort_icu", "los_3")
+                                              for m in ("logistic_regression", "grud"))
+    assert bundle["releases"] == 4 + 4 + 1 and (run_dir / "release" / "manifest.json").exists()
     assert ledger["epsilon_dp_pld"] <= ledger["epsilon_dp_rdp"] and ledger["epsilon"] is None
     checks = {(c["label"], c["model"]): c for c in metrics["dp_sgd_checks"]}
     assert set(checks) == {(lb, m) for lb in ("mort_icu", "los_3") for m in ("logistic_regression", "grud")}
@@ -80,7 +85,8 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
                     "calibration.png"):
         assert section in report, section
     stages = metrics["stage_seconds"]
-    assert list(stages) == ["setup", "ingest", "validate", "cohort", "split", "features", "budget check", "search",
+    assert list(stages) == ["setup", "ingest", "validate", "cohort", "split", "record counts", "features",
+                            "budget check", "search",
                             "fit (after the last search)", "report"] and all(v >= 0 for v in stages.values())
     assert summary["stage_seconds"]["report"] == stages["report"] and "## Time per stage" in report
     assert metrics["fit_task_seconds"] == pytest.approx(sum(r["fit_seconds"] for r in _fit_rows(run_dir)))
@@ -138,5 +144,7 @@ def test_a_restarted_run_does_not_redo_finished_cells_and_retrains_the_rest_with
     releases = [e.release for e in entries]
     assert len(releases) == len(set(releases))  # ids are never reused
     (after,) = ledger_totals(tmp_path / "ledger.jsonl")
-    assert after.releases == before.releases + 1 == 9  # the retrained cell is one more release, counted
+    # the retrained cell is one more release, counted; the bundled seed-0 models kept their DP evaluations and the
+    # run its record counts (8 fits, 1 count, 2 evaluations before the restart)
+    assert after.releases == before.releases + 1 == 2 * 2 * 2 + 1 + 2 + 1
     assert after.pending == 0 and after.epsilon_dp > before.epsilon_dp

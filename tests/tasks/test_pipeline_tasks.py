@@ -12,6 +12,7 @@ from privehr.tasks.features import build_features, load_split
 from privehr.tasks.ingest import ingest_extract
 from privehr.tasks.run_directory import create_run_directory
 from privehr.tasks.split import split_cohort
+from privehr.tasks.record_counts import release_record_counts
 from privehr.tasks.train import fit_and_evaluate, search_hyperparameters
 from privehr.models.methods import grid
 
@@ -23,6 +24,8 @@ def prepared(tmp_path_factory, small_extract):
     ingest_extract.fn(str(small_extract), run_dir)
     cohort = build_cohort.fn(str(small_extract), run_dir)
     manifest = split_cohort.fn(cohort, SplitConfig(seed=4), run_dir)
+    # the plans below are built from the exact counts, declared public (the flow releases DP counts by default)
+    release_record_counts.fn(run_dir, PipelineConfig(release={"record_count": "public"}), None)
     return run_dir, cohort, manifest, build_features.fn(cohort, manifest, run_dir)
 
 
@@ -101,7 +104,7 @@ def test_over_budget_runs_are_refused_before_anything_is_trained(prepared, tmp_p
     run_dir, _, _, _ = prepared
     ledger = tmp_path / "ledger.jsonl"
     raw = {"data": {"hdf5_path": str(small_extract)}, "privacy": {"ledger_path": str(tmp_path / "scratch.jsonl")},
-           "training": {"seeds": 2, "methods": ["dp_sgd"], "dp_sgd": {"epsilons": [1.0]}}}
+           "training": {"seeds": 2, "methods": ["dp_sgd"], "dp_sgd": {"epsilons": [1.0]}}, "release": {"bundle": False}}
     config = PipelineConfig.model_validate(raw)
     cells = [c for c in grid(config.training, ["mort_icu"]) if c.model == "logistic_regression"]
     check_privacy_budget.fn(run_dir, cells, config)  # on a scratch ledger: what two releases at epsilon 1 cost

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 from privehr.core.config.base import _resume_needs_run_id, _Strict, Label, RunId
 from privehr.core.config.privacy import _default_ledger, _ledger_beside_runs, PrivacyConfig
 from privehr.core.config.data import DataConfig, PagesConfig, ValidationConfig
+from privehr.core.config.release import ReleaseConfig
 from privehr.core.config.synthesis import StaticImputationConfig, SynthesisConfig
 from privehr.core.config.training import EvaluationConfig, SplitConfig, TrainingConfig
 
@@ -39,6 +40,7 @@ class PipelineConfig(_Strict):
     training: TrainingConfig = TrainingConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
+    release: ReleaseConfig = ReleaseConfig()
     pages: PagesConfig = PagesConfig()
     versioning: VersioningConfig = VersioningConfig()
     artifacts_dir: Path = Field(Path("artifacts"), description="runs go to <artifacts_dir>/<run-id>/")
@@ -74,6 +76,8 @@ class PipelineConfig(_Strict):
             self.privacy.check_targets(self.training.dp_sgd.epsilons, "training.dp_sgd.epsilons")
         if self.synthesis is not None:
             self.privacy.check_targets([*self.synthesis.epsilons, self.synthesis.count_epsilon], "synthesis.epsilons")
+        r = self.release
+        self.privacy.check_targets([r.featurizer_epsilon, r.count_epsilon, r.evaluation_epsilon], "release epsilons")
         return self
 
     _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))

@@ -52,10 +52,14 @@ def test_the_trainer_takes_exactly_the_planned_steps_where_opacus_would_not():
     train_dp_sgd(LogisticRegression(2), x, y, HP, plan, NoiseSource.secret(), grad_sample_mode="hooks")
 
 
-def test_a_plan_for_other_data_and_an_infinite_epsilon_are_refused():
-    plan = ReleasePlan.for_epochs(50, batch_size=10, epochs=1, target_epsilon=1.0, delta=1e-5)
-    with pytest.raises(ValueError, match="plan is for 50 records"):
-        train_dp_sgd(LogisticRegression(2), torch.zeros(40, 2), torch.zeros(40), HP, plan, NoiseSource.secret())
+def test_a_plan_from_a_noisy_count_trains_its_steps_at_its_rate_and_an_infinite_epsilon_is_refused():
+    # a plan built from a DP count (50) of 40 records: Poisson sampling at q over the 40, exactly T steps
+    plan = ReleasePlan.for_epochs(50, batch_size=10, epochs=4, target_epsilon=1.0, delta=1e-5)
+    for mode in ("ghost", "hooks"):
+        _, result = train_dp_sgd(LogisticRegression(2), torch.zeros(40, 2), torch.zeros(40), HP, plan,
+                                 NoiseSource.secret(), grad_sample_mode=mode)
+        seen, expected = sum(h["examples"] for h in result.history), 40 * plan.sample_rate * plan.steps  # 160
+        assert plan.steps == 20 and len(result.history) == 4 and 0.75 * expected < seen < 1.25 * expected
     for bad in (float("inf"), float("nan"), "Infinity", 0.0, -1.0):
         with pytest.raises(ValueError, match="finite positive|not a number"):
             ReleasePlan.for_epochs(50, batch_size=10, epochs=1, target_epsilon=bad, delta=1e-5)

@@ -1,0 +1,80 @@
+"""``privehr release show|verify BUNDLE`` (the model card; the bundle's hashes and accounting) and ``privehr predict
+BUNDLE --data NEW.h5 --out risks.csv`` (score new stays from the bundle alone)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from privehr.cli.common import emit
+from privehr.core.errors import InputError
+
+__all__ = ["add_release_parser", "add_predict_parser"]
+
+
+def add_release_parser(sub, common: argparse.ArgumentParser) -> None:
+    release = sub.add_parser("release", help="a run's release bundle: what may leave the hospital")
+    release_sub = release.add_subparsers(dest="release_command", required=True)
+    show = release_sub.add_parser("show", parents=[common], help="print the bundle's model card")
+    show.add_argument("bundle", type=Path, help="a run's release/ folder, or a copy of it")
+    show.set_defaults(func=release_show)
+    verify = release_sub.add_parser("verify", parents=[common], help="check every file's sha256, that every file "
+                                    "is accounted for, and the bundle's total (epsilon, delta): exit status 0 if "
+                                    "it holds, 1 with the problems")
+    verify.add_argument("bundle", type=Path)
+    verify.add_argument("--ledger", type=Path, help="also check each release against this privacy ledger (inside "
+                                                    "the hospital)")
+    verify.set_defaults(func=release_verify)
+
+
+def add_predict_parser(sub, common: argparse.ArgumentParser) -> None:
+    predict = sub.add_parser("predict", parents=[common], help="score the stays of a MIMIC-Extract file with a "
+                             "release bundle's models (the bundle alone: window, featurizer and weights)")
+    predict.add_argument("bundle", type=Path, help="a run's release/ folder, or a copy of it")
+    predict.add_argument("--data", type=Path, required=True, help="MIMIC-Extract file of the stays to score")
+    predict.add_argument("--out", type=Path, required=True, help="CSV of risks, one row per stay (patient-level: "
+                                                                 "keep it where the data may be)")
+    predict.add_argument("--model", action="append", help="a bundled model's cell id (repeatable; default: all)")
+    predict.set_defaults(func=predict_command)
+
+
+def _existing(path: Path, what: str) -> None:
+    if not path.exists():
+        raise InputError(f"{what} {path} does not exist")
+
+
+def release_show(args) -> int:
+    from privehr.io.release_bundle import read_bundle, render_card  # deferred for start-up time (torch)
+
+    bundle = read_bundle(args.bundle)
+    emit(args, bundle.card, render_card(bundle.card))
+    return 0
+
+
+def release_verify(args) -> int:
+    from privehr.io.privacy_ledger import read_ledger
+    from privehr.io.release_bundle import verify_bundle
+
+    _existing(args.bundle, "release bundle")
+    if args.ledger is not None:
+        _existing(args.ledger, "privacy ledger")
+    report = verify_bundle(args.bundle, read_ledger(args.ledger) if args.ledger else None)
+    total = report.get("total") or {}
+    text = (f"release bundle {args.bundle}: verified ({report['files']} files, {report['releases']} releases; "
+            f"epsilon {total.get('epsilon_prv')} (PRV), {total.get('epsilon_rdp')} (RDP), {total.get('epsilon_pld')} "
+            f"(PLD) at delta {total.get('delta')})" if report["ok"] else
+            f"release bundle {args.bundle}: DOES NOT VERIFY\n" + "\n".join(f"  - {p}" for p in report["problems"]))
+    emit(args, report, text)
+    return 0 if report["ok"] else 1
+
+
+def predict_command(args) -> int:
+    from privehr.tasks.predict import score_stays  # deferred for start-up time (torch)
+
+    _existing(args.data, "--data")
+    summary = score_stays(args.bundle, args.data, args.out, args.model)
+    emit(args, summary, f"scored {summary['stays']} stay(s) ({summary['in_cohort']} in the training cohort's "
+                        f"definition) with {', '.join(summary['models'])}; risks in {summary['out']}\n"
+                        f"bundle: {summary['guarantee']}")
+    return 0
+

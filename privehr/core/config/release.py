@@ -1,0 +1,57 @@
+"""What a run of ``privehr-pipeline`` may hand out of the hospital: the release bundle's settings.
+
+The bundle (``artifacts/<run-id>/release/``) holds the chosen models, the featurizer statistics they need, a DP
+evaluation on the test split and a model card; every number in it is public or the output of a DP mechanism the
+budget check reserved and the ledger recorded. These settings say where each of those numbers comes from and what
+its share of the budget is.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from typing import Literal
+
+from pydantic import Field
+
+from privehr.core.config.base import _Strict, PositiveFloat
+
+__all__ = ["ReleaseConfig", "FeaturizerSource", "RecordCount"]
+
+FeaturizerSource = Literal["public", "dp", "exact"]
+RecordCount = Literal["dp", "public"]
+
+
+class ReleaseConfig(_Strict):
+    """The release bundle: which models go in it, and how its featurizer, counts and evaluation are made private."""
+
+    bundle: bool = Field(True, description="write artifacts/<run-id>/release/ (models, featurizer, DP evaluation, "
+                                           "model card, manifest) when a grid cell matches `include`")
+    include: list[str] = Field(
+        default_factory=lambda: ["*-dp_sgd-bce-eps1"], min_length=1,
+        description="cell ids (glob patterns, e.g. mort_icu-grud-dp_sgd-bce-eps1) whose seed-0 fit goes into the "
+                    "bundle; chosen here, before training, never by private results (a choice by test or dev "
+                    "score would be tuning outside the guarantee)")
+    featurizer: FeaturizerSource = Field(
+        "public", description="where the featurizer's per-variable mean and scale come from: MIMIC-Extract's "
+                              "published statistics (public: no budget; every variable must be one of its LEVEL2 "
+                              "names), a Gaussian mechanism on the training patients' clipped values with bounds "
+                              "from the spec's valid ranges (dp: featurizer_epsilon), or the training stays exactly "
+                              "(exact: the bundle is then not DP end to end, and says so)")
+    featurizer_epsilon: PositiveFloat = Field(0.5, description="featurizer: dp's (epsilon, privacy.delta)")
+    record_count: RecordCount = Field(
+        "dp", description="the record counts that set each DP-SGD plan's sampling rate and steps: released by the "
+                          "geometric mechanism at count_epsilon (dp), or taken as public (public: only where the "
+                          "deployment publishes its cohort size anyway; recorded as that choice, and the bundle's "
+                          "plans then reveal the counts)")
+    count_epsilon: PositiveFloat = Field(0.1, description="record_count: dp's epsilon (the train, dev and test "
+                                                          "counts at once: each patient is in one split)")
+    evaluation_epsilon: PositiveFloat = Field(0.5, description="(epsilon, privacy.delta) of each bundled model's DP "
+                                                               "evaluation: noisy per-class score histograms on test")
+    evaluation_bins: int = Field(30, ge=4, le=1000, description="score bins of the DP evaluation (fixed logit-spaced "
+                                                               "edges; more bins, more noise per bin)")
+    interval_resamples: int = Field(1000, ge=100, description="parametric bootstrap resamples of the DP metrics' "
+                                                             "intervals (test sampling and DP noise)")
+
+    def bundles(self, cell_id: str) -> bool:
+        """Whether the seed-0 fit of cell ``cell_id`` goes into the bundle."""
+        return self.bundle and any(fnmatchcase(cell_id, pattern) for pattern in self.include)

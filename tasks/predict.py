@@ -1,0 +1,101 @@
+"""Scoring new stays with a release bundle alone: ``privehr predict`` and the ``privehr-score`` flow.
+
+The bundle carries everything applying a model needs (the window, the outlier bounds the training run masked by,
+the featurizer's statistics, each model's architecture and weights); nothing is read from the run that trained it.
+A stay is scored when the file holds its first ``window_hours`` hours (``max_hours >= window_hours``); the column
+``in_cohort`` says whether it also meets the training cohort's rule (``max_hours > window + gap``), the population the
+card's evaluation describes. The scores are patient-level: they go to the file the user names and nowhere else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from privehr.core.errors import InputError
+from privehr.io.mimic_extract import read_window
+from privehr.io.release_bundle import Bundle, read_bundle
+from privehr.models.classifiers import build_classifier, classifier_inputs
+from privehr.models.classifiers.training import predict_proba
+from privehr.models.data.hourly_features import HourlyFeaturizer
+
+__all__ = ["score_stays", "apply_bundle"]
+
+
+def _masked(window, featurizer: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The hourly means and counts as the training run saw them: values beyond the outlier bounds missing."""
+    mean, count = window.mean.astype(float), window.count.astype(float)
+    if featurizer["mask_beyond_outlier_bounds"]:
+        low = np.array([np.nan if v is None else v for v in featurizer["outlier_low"]])
+        high = np.array([np.nan if v is None else v for v in featurizer["outlier_high"]])
+        with np.errstate(invalid="ignore"):
+            bad = (mean < low) | (mean > high)
+        mean[bad], count[bad] = np.nan, 0
+    return mean, count
+
+
+def apply_bundle(bundle: Bundle, mean: np.ndarray, count: np.ndarray, models: list[str] | None = None,
+                 device: str = "cpu") -> dict[str, np.ndarray]:
+    """Risks per bundled model (cell id -> probabilities) for (stays, hours, variables) hourly means and counts."""
+    f = bundle.featurizer
+    features = HourlyFeaturizer.from_statistics(np.array(f["mean"]), np.array(f["std"]),
+                                                f["delta_fill"]).transform(mean, count)
+    available = bundle.models()
+    wanted = models or sorted(available)
+    unknown = [m for m in wanted if m not in available]
+    if unknown:
+        raise InputError(f"the bundle has no model {unknown[0]!r}; it holds {sorted(available)}")
+    risks = {}
+    for cell_id in wanted:
+        saved = torch.load(available[cell_id], weights_only=True)
+        arch = saved["architecture"]
+        model = build_classifier(arch["model"], arch["n_variables"], arch["n_hours"], seed=0,
+                                 hidden_size=arch["hidden_size"])
+        model.load_state_dict(saved["state_dict"])
+        model.eval()
+        inputs = classifier_inputs(arch["model"], features.values, features.mask, features.delta, device)
+        risks[cell_id] = predict_proba(model.to(device), inputs)
+    return risks
+
+
+def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | Path,
+                models: list[str] | None = None, chunk_rows: int = 32768) -> dict:
+    """Score every stay of a MIMIC-Extract file with at least the window's hours; write ``out_path`` (CSV) and
+    return a summary of counts (no patient-level value)."""
+    bundle = read_bundle(bundle_path)
+    out_path, data_path = Path(out_path), Path(data_path)
+    if out_path.resolve() == data_path.resolve():
+        raise InputError(f"--out {out_path} is the input file; name another file for the scores")
+    f = bundle.featurizer
+    window_hours, gap_hours = f["window_hours"], f["gap_hours"]
+    try:
+        patients = pd.read_hdf(data_path, "patients")
+    except (ValueError, TypeError, KeyError, OSError) as err:
+        raise InputError(f"key 'patients' in {data_path} cannot be read as a pandas table ({type(err).__name__}); "
+                         "give a MIMIC-Extract file (all_hourly_data.h5)") from None
+    ids = patients.reset_index()
+    if not {"subject_id", "icustay_id", "max_hours"} <= set(ids.columns):
+        raise InputError(f"'patients' in {data_path} needs subject_id, icustay_id and max_hours, as MIMIC-Extract "
+                         "writes them")
+    hours = pd.to_numeric(ids["max_hours"], errors="coerce")
+    stays = ids.loc[hours >= window_hours, ["subject_id", "hadm_id", "icustay_id"]].astype("int64")
+    stays["in_cohort"] = (hours[hours >= window_hours] > window_hours + gap_hours).to_numpy()
+    window = read_window(data_path, stays["icustay_id"].to_numpy(), window_hours, chunk_rows)
+    if window.variables != f["variables"]:
+        missing = [v for v in f["variables"] if v not in window.variables]
+        raise InputError(f"{data_path} has {len(window.variables)} hourly variables; the bundle's models take "
+                         f"{len(f['variables'])} in its order" + (f" (missing: {missing[:3]})" if missing else "")
+                         + ". Extract the file with the same MIMIC-Extract variables (group_by_level2).")
+    mean, count = _masked(window, f)
+    risks = apply_bundle(bundle, mean, count, models)
+    table = stays.reset_index(drop=True)
+    for cell_id, p in risks.items():
+        table[f"risk_{cell_id}"] = p
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out_path, index=False)
+    return {"bundle": str(bundle.path), "data": str(data_path), "out": str(out_path), "stays": int(len(table)),
+            "in_cohort": int(table["in_cohort"].sum()), "models": sorted(risks),
+            "guarantee": bundle.manifest["guarantee"]}

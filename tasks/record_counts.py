@@ -1,0 +1,83 @@
+"""The first budget check of a pipeline run and the record counts every plan is built from.
+
+A DP-SGD plan's sampling rate q = 1 / ceil(n / b) and its steps T = epochs * ceil(n / b) are printed with every
+release, so a plan built from the exact number of training stays n publishes n (remove one patient and q moves).
+Here the counts are released first: the stays of train, dev and test, each with two-sided geometric noise at
+``release.count_epsilon`` (Ghosh, Roughgarden, Sundararajan 2009). A stay is in exactly one split, so adding or
+removing one changes one of the three counts by one: the three together are ``count_epsilon``-DP (parallel
+composition, Dwork and Roth 2014, section 2.3). Every plan, the delta check and the bundle read these counts;
+DP-SGD stays private whatever n is (Poisson sampling at rate q), so a noisy n costs utility only through an
+epoch's length. With ``release.record_count: public`` the exact counts are used and recorded as that choice.
+
+The same check reserves the featurizer's DP statistics (``release.featurizer: dp``): both releases are planned
+without any count, so they are reserved together, before the plans that need the counts.
+"""
+
+from __future__ import annotations
+
+from prefect import task
+
+from privehr.core.config import PipelineConfig
+from privehr.core.records import RecordCounts
+from privehr.core.run_layout import RunLayout
+from privehr.core.strict_json import strict_dumps
+from privehr.io.privacy_ledger import record_release
+from privehr.models.data.patient_split import SPLITS
+from privehr.models.privacy.ledger import LedgerEntry
+from privehr.models.privacy.noisy_count import noisy_count
+from privehr.models.privacy.randomness import NoiseSource
+from privehr.models.privacy.release_plan import GaussianPlan, Reserved
+from privehr.tasks.release_budget import pipeline_dataset_id, reserve_planned
+from privehr.tasks.run_directory import read_summary
+from privehr.tasks.run_logging import run_logger
+
+__all__ = ["check_preprocessing_budget", "release_record_counts", "COUNTS_KEY", "STATISTICS_KEY"]
+
+COUNTS_KEY, STATISTICS_KEY = "record-counts", "featurizer-statistics"
+
+
+@task(name="check-preprocessing-budget")
+def check_preprocessing_budget(run_dir: str, config: PipelineConfig) -> dict[str, Reserved]:
+    """Reserve the record counts (``release.record_count: dp``) and the featurizer's DP statistics
+    (``release.featurizer: dp``); raise if the budget would be exceeded. Returns what it reserved by key."""
+    release, privacy = config.release, config.privacy
+    if config.resume and RunLayout(run_dir).record_counts.exists():
+        return {}  # an earlier attempt released them: recorded then, reused now
+    guarantee = "reproducible" if privacy.reproducible_noise else "dp"
+    planned: dict[str, tuple[LedgerEntry, object]] = {}
+    if release.record_count == "dp":
+        planned[COUNTS_KEY] = (LedgerEntry("", "", "dp", release.count_epsilon, guarantee=guarantee,
+                                           what="record counts"), None)
+    if release.featurizer == "dp":
+        plan = GaussianPlan.for_epsilon(release.featurizer_epsilon, privacy.delta)
+        planned[STATISTICS_KEY] = (plan.ledger_entry(guarantee, "featurizer statistics"), plan)
+    if not planned:
+        return {}
+    reservations = reserve_planned(run_dir, pipeline_dataset_id(config), config,
+                                   {k: e for k, (e, _) in planned.items()}, "preprocessing release(s)",
+                                   out=RunLayout(run_dir).preprocessing_budget)
+    return {k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}
+
+
+@task(name="record-counts")
+def release_record_counts(run_dir: str, config: PipelineConfig, reserved: Reserved | None) -> str:
+    """Write ``record_counts.json``: the stays per split, noisy under the reservation (recorded in the ledger before
+    they are written) or exact where the run declared them public; return its path."""
+    run = RunLayout(run_dir)
+    if config.resume and run.record_counts.exists():
+        return str(run.record_counts)
+    exact = {s: read_summary(run_dir, "split_summary").stays(s) for s in SPLITS}
+    if config.release.record_count == "public":
+        counts = RecordCounts(source="public", stays=exact, epsilon=None, release=None)
+    else:
+        noise = NoiseSource.for_release(config.privacy.reproducible_noise, "record counts")
+        rng = noise.numpy_generator("counts")
+        epsilon = config.release.count_epsilon
+        noisy = {s: noisy_count(exact[s], epsilon, rng, minimum=1) for s in SPLITS}
+        entry = LedgerEntry("", "", "dp", epsilon, guarantee=noise.guarantee, what="record counts")
+        recorded = record_release(config.privacy.ledger_path, reserved.reservation, entry)
+        counts = RecordCounts(source=noise.guarantee, stays=noisy, epsilon=epsilon, release=recorded.release)
+    run.record_counts.write_text(strict_dumps(counts.model_dump(), indent=1))
+    run_logger().info("record counts: %s (%s)", "released with geometric noise" if counts.release else "public",
+                      counts.source)
+    return str(run.record_counts)

@@ -1,0 +1,215 @@
+"""The release bundle: what may leave the hospital, and nothing else (``artifacts/<run-id>/release/``).
+
+Every number in it is public (the code, the configuration's public settings, MIMIC-Extract's published statistics,
+the spec's bounds) or the output of a DP mechanism that a budget check reserved and the ledger recorded:
+
+* the bundled models (``release.include``, seed 0): DP-SGD weights, trained by plans built from the DP record counts;
+* ``counts.json``: those counts (geometric mechanism), or the exact ones where the run declared them public;
+* ``featurizer.json``: the per-variable statistics (public, or a Gaussian mechanism on clipped values);
+* ``evaluation.json``: per model, noisy per-class histograms of its test scores (a Gaussian mechanism, recorded here
+  before anything is written) and the AUROC, AUPRC, prevalence and calibration computed from them alone;
+* ``card.json`` / ``card.md``: the model card, post-processing of the above;
+* ``manifest.json``: each file's sha256 and releases, those releases' ledger entries and their total by PRV, RDP and
+  PLD.
+
+The rest of the run directory (exact metrics, cohort and split counts, the report) stays inside the hospital.
+Ponomareva et al. 2023 ("How to DP-fy ML", JAIR) is the checklist: preprocessing, tuning and evaluation on private
+data are part of the released procedure.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timezone
+from importlib.metadata import version
+
+import numpy as np
+import torch
+from prefect import task
+
+from privehr.core.config import PipelineConfig
+from privehr.core.records import FitRow
+from privehr.core.run_layout import RunLayout
+from privehr.core.specs import load_mimic_spec
+from privehr.core.strict_json import strict_dumps
+from privehr.io.privacy_ledger import read_ledger, record_release
+from privehr.io.release_bundle import BUNDLE_FILES, bundle_total, public_entry, render_card, write_manifest
+from privehr.models.data.hourly_profile import outlier_bounds
+from privehr.models.evaluation.dp_evaluation import metrics_from_histograms, noisy_histograms
+from privehr.models.privacy.randomness import NoiseSource
+from privehr.models.privacy.release_plan import Reserved
+from privehr.tasks.features import load_split
+from privehr.tasks.release_budget import evaluation_key
+from privehr.tasks.run_directory import read_summary
+from privehr.tasks.run_logging import run_logger
+
+__all__ = ["write_release_bundle", "LABEL_DEFINITIONS"]
+
+LABEL_DEFINITIONS = {"mort_icu": "death in the ICU", "mort_hosp": "death in hospital",
+                     "los_3": "ICU stay longer than 3 days", "los_7": "ICU stay longer than 7 days"}
+
+
+def _featurizer(run: RunLayout, config: PipelineConfig) -> tuple[dict, list[str]]:
+    """The bundle's featurizer: statistics, the window and the outlier bounds a new stay is masked by."""
+    fitted = json.loads(run.featurizer.read_text())
+    variables = fitted["variables"]
+    masked = config.validation.enabled
+    spec = str(config.validation.spec) if config.validation.spec else None
+    low, high = outlier_bounds(variables, load_mimic_spec(spec).bounds()) if masked else (None, None)
+    bundle = {"variables": variables, "mean": fitted["mean"], "std": fitted["std"], "delta_fill": fitted["delta_fill"],
+              "source": fitted["source"], "window_hours": config.data.window_hours,
+              "gap_hours": config.data.gap_hours, "mask_beyond_outlier_bounds": masked,
+              "outlier_low": None if low is None else [None if np.isnan(v) else float(v) for v in low],
+              "outlier_high": None if high is None else [None if np.isnan(v) else float(v) for v in high],
+              "note": fitted["note"]}
+    return bundle, [fitted["release"]] if fitted.get("release") else []
+
+
+def _evaluate(run: RunLayout, row: FitRow, test: dict, config: PipelineConfig, reserved: Reserved | None) -> dict:
+    """The model's DP evaluation on the test split: recorded in the ledger before it is written anywhere, and kept
+    (``dp_evaluations/``) for a resumed run whose model did not change."""
+    saved = run.dp_evaluation(row.cell_id, row.seed)
+    if reserved is None:  # the budget check reserved none: an earlier attempt evaluated this very model
+        evaluation = json.loads(saved.read_text())
+        if evaluation["model_release"] != row.release:
+            raise RuntimeError(f"{row.cell_id}: the saved DP evaluation is of another model release")
+        return evaluation
+    column = list(test["label_names"]).index(row.label)
+    y = test["labels"][:, column].astype(int)
+    probabilities = np.load(run.predictions(row.cell_id, row.seed))
+    noise = NoiseSource.for_release(config.privacy.reproducible_noise, row.cell_id, "DP evaluation")
+    histograms = noisy_histograms(probabilities, y, config.release.evaluation_bins, reserved.plan.noise_multiplier,
+                                  noise.numpy_generator("evaluation"))
+    entry = reserved.plan.ledger_entry(noise.guarantee, "DP evaluation")
+    release = record_release(config.privacy.ledger_path, reserved.reservation, entry).release
+    metrics = metrics_from_histograms(histograms, config.evaluation.confidence, config.release.interval_resamples)
+    evaluation = {"release": release, "model_release": row.release, "histograms": histograms.as_dict(),
+                  "metrics": metrics.as_dict(), "plan": reserved.plan.record()}
+    saved.parent.mkdir(exist_ok=True)
+    saved.write_text(strict_dumps(evaluation, indent=1))
+    return evaluation
+
+
+def _model_file(run: RunLayout, row: FitRow, n_variables: int, n_hours: int) -> dict:
+    state = torch.load(run.model(row.cell_id, row.seed), weights_only=True)
+    return {"cell": state["cell"], "hyperparameters": state["hyperparameters"], "state_dict": state["state_dict"],
+            "architecture": {"model": row.model, "n_variables": n_variables, "n_hours": n_hours,
+                             "hidden_size": state["hyperparameters"].get("hidden_size", 32)},
+            "training": state["training"]}
+
+
+def _guarantee(total: dict, featurizer: str, counts: str) -> tuple[str, list[str]]:
+    reasons = []
+    if not total["dp"]:
+        reasons += [f"{n} release(s) {label}" for label, n in total["not_dp"].items()]
+    if featurizer == "exact":
+        reasons.append("the featurizer's statistics are exact statistics of the training stays "
+                       "(release.featurizer: exact)")
+    if reasons:
+        return "NOT DP end to end: " + "; ".join(reasons), reasons
+    declared = " (the record counts declared public: release.record_count)" if counts == "public" else ""
+    return f"DP end to end: (epsilon {total['epsilon_prv'] or total['epsilon_rdp']:.3g}, delta " \
+           f"{total['delta']:.2g}) over everything in this bundle{declared}", reasons
+
+
+def _card(config: PipelineConfig, models: list[dict], counts: dict, featurizer: dict, total: dict,
+          guarantee: str) -> dict:
+    data = config.data
+    covers = ["the models' weights (DP-SGD), their plans (built from the released record counts), the featurizer's "
+              f"statistics ({featurizer['source']}), the record counts ({counts['source']}) and every evaluation "
+              "number in this bundle (noisy score histograms)",
+              "the unit is one ICU stay (a record) under add/remove-one neighbours; a patient with k stays in the "
+              "cohort is protected at about k times this epsilon (group privacy)"]
+    not_covered = ["the run's internal report, exact metrics, cohort and split counts: they stay in the hospital",
+                   "other releases from the same dataset (other grid cells, earlier runs): the hospital's privacy "
+                   "ledger composes them all",
+                   "the choice of cohort rules, variables, window and settings, which are public by assumption"]
+    if config.training.search_budget > 1:
+        not_covered.append("hyperparameters were searched on private dev data (training.search_budget > 1)")
+    return {"title": ", ".join(m["cell_id"] for m in models), "privacy": {
+                "guarantee": guarantee, "releases": total["releases"], "delta": total["delta"],
+                "epsilon_prv": total["epsilon_prv"], "epsilon_rdp": total["epsilon_rdp"],
+                "epsilon_pld": total["epsilon_pld"], "covers": covers, "not_covered": not_covered},
+            "summary": (f"{len(models)} model(s) predicting from the first {data.window_hours} hours of an ICU stay, "
+                        "trained with differential privacy by privehr; every number in this bundle is public or "
+                        "differentially private."),
+            "cohort": {"window_hours": data.window_hours, "gap_hours": data.gap_hours,
+                       "variables": len(featurizer["variables"]),
+                       "definition": f"MIMIC-Extract ICU stays lasting more than {data.window_hours + data.gap_hours}"
+                                     f" hours (a {data.gap_hours}-hour gap after the window), with their outcome "
+                                     "labels" + ("; stays the validation quarantined were left out and hourly values "
+                                                 "beyond the spec's outlier bounds treated as missing"
+                                                 if config.validation.enabled else "")},
+            "counts": counts, "models": models,
+            "intended_use": ["research and model development on MIMIC-III-like ICU data in the MIMIC-Extract format; "
+                             "not validated for clinical decisions about individual patients",
+                             "scores are risks at the end of the window for the cohort above; stays outside it "
+                             "(shorter, other units, other hospitals) are out of distribution",
+                             "the DP evaluation's intervals include the DP noise; the internal exact evaluation "
+                             "stays with the hospital that trained the model"]}
+
+
+@task(name="release-bundle")
+def write_release_bundle(run_dir: str, rows: list[dict], config: PipelineConfig,
+                         reserved: dict[str, Reserved]) -> dict | None:
+    """Write ``release/`` for the seed-0 fits of the cells ``release.include`` matches; return its manifest's
+    summary, or None when no fit matched. The DP evaluations are recorded in the ledger before anything is written."""
+    run = RunLayout(run_dir)
+    bundled = [FitRow.model_validate(r) for r in rows if r["seed"] == 0]
+    bundled = [r for r in bundled if config.release.bundles(r.cell_id)]
+    if not bundled:
+        run_logger().info("release bundle: no fit matched release.include %s; no bundle written",
+                          config.release.include)
+        return None
+    test = load_split(str(run.intermediate), "test")
+    evaluations = {r.cell_id: _evaluate(run, r, test, config, reserved.get(evaluation_key(r.cell))) for r in bundled}
+    out = run.release_bundle
+    if out.exists():
+        shutil.rmtree(out)  # a resumed run writes its bundle again, from its new evaluations
+    (out / "models").mkdir(parents=True)
+    featurizer, featurizer_releases = _featurizer(run, config)
+    recorded = read_summary(run_dir, "record_counts")
+    counts = {"source": recorded.source, "stays": recorded.stays, "epsilon": recorded.epsilon}
+    sources = {"featurizer.json": {"source": featurizer["source"], "releases": featurizer_releases},
+               "counts.json": {"source": counts["source"], "releases": [recorded.release] if recorded.release else []}}
+    models, cited = [], set(featurizer_releases) | set(sources["counts.json"]["releases"])
+    _, n_hours, n_variables = test["values"].shape
+    for row in bundled:
+        path = f"models/{row.cell_id}.pt"
+        model_file = _model_file(run, row, n_variables, n_hours)
+        torch.save(model_file, out / path)
+        evaluation = evaluations[row.cell_id]
+        sources[path] = {"source": "dp" if row.guarantee == "DP" else row.guarantee, "releases": [row.release]}
+        cited |= {row.release, evaluation["release"]}
+        plan = {k: getattr(row, k) for k in ("noise_multiplier", "sample_rate", "steps")}
+        plan |= {"max_grad_norm": model_file["hyperparameters"].get("max_grad_norm"),
+                 "epsilon": row.epsilon_prv if row.epsilon_prv is not None else row.epsilon_rdp}
+        models.append({"cell_id": row.cell_id, "file": path, "label": row.label,
+                       "label_definition": LABEL_DEFINITIONS[row.label], "model": row.model, "loss": row.loss,
+                       "target_epsilon": row.target_epsilon, "release": row.release, "plan": plan,
+                       "evaluation": evaluation["metrics"], "evaluation_release": evaluation["release"]})
+    (out / "featurizer.json").write_text(strict_dumps(featurizer, indent=1))
+    (out / "counts.json").write_text(strict_dumps(counts, indent=1))
+    (out / "evaluation.json").write_text(strict_dumps(
+        {k: {"release": v["release"], "histograms": v["histograms"], "metrics": v["metrics"], "plan": v["plan"]}
+         for k, v in evaluations.items()}, indent=1))
+    evaluation_releases = [v["release"] for v in evaluations.values()]
+    sources["evaluation.json"] = {"source": "dp", "releases": evaluation_releases}
+    entries = [e for e in read_ledger(config.privacy.ledger_path) if e.release in cited]
+    total = bundle_total([public_entry(e) for e in entries], config.privacy.delta)
+    guarantee, _ = _guarantee(total, featurizer["source"], counts["source"])
+    card = _card(config, models, counts, featurizer, total, guarantee)
+    (out / "card.json").write_text(strict_dumps(card, indent=1))
+    (out / "card.md").write_text(render_card(card))
+    every = sorted(cited)
+    sources["card.json"], sources["card.md"] = ({"source": "derived", "releases": every} for _ in range(2))
+    for name, about in sources.items():
+        about["about"] = BUNDLE_FILES.get(name, "a bundled model: DP-SGD weights and its architecture")
+    header = {"run_id": run.root.name, "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "code": {"privehr": version("privehr"), "git_commit": json.loads(run.provenance.read_text())["git_commit"]},
+              "guarantee": guarantee}
+    manifest = write_manifest(out, sources, entries, config.privacy.delta, header)
+    run_logger().info("release bundle: %d model(s), %d release(s); %s", len(models), len(entries), guarantee)
+    return {"path": str(out), "models": [m["cell_id"] for m in models], "releases": len(entries),
+            "guarantee": guarantee, "total": manifest["total"]}

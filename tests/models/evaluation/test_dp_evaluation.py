@@ -1,0 +1,173 @@
+"""The DP model-card evaluation: the noisy score histograms and the metrics read off them, against scikit-learn."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from privehr.models.evaluation.dp_evaluation import (NoisyHistograms, metrics_from_histograms, noisy_histograms,
+                                                     score_edges)
+
+TINY = 1e-9  # noise small enough to read the exact counts back
+
+
+def binormal(n, rng, separation=1.5, prevalence=0.2):
+    """Logits N(-2, 1) for negatives and N(-2 + separation, 1) for positives; AUROC Phi(separation / sqrt 2)."""
+    y = (rng.random(n) < prevalence).astype(int)
+    return 1 / (1 + np.exp(-rng.normal(-2 + separation * y, 1.0))), y
+
+
+def bin_index(p, bins):
+    return np.clip(np.searchsorted(score_edges(bins), p, side="right") - 1, 0, bins - 1)
+
+
+def test_edges_are_public_increasing_and_logit_spaced():
+    edges = score_edges(10)
+    assert edges.shape == (11,) and edges[0] == 0 and edges[-1] == 1 and np.all(np.diff(edges) > 0)
+    inner = np.log(edges[1:-1] / (1 - edges[1:-1]))
+    assert inner == pytest.approx(np.linspace(-7, 7, 9))
+    with pytest.raises(ValueError):
+        score_edges(3)
+
+
+def test_metrics_at_negligible_noise_match_scikit_learn():
+    p, y = binormal(20_000, np.random.default_rng(0))
+    m = metrics_from_histograms(noisy_histograms(p, y, 200, TINY, np.random.default_rng(1)), resamples=10)
+    ties = bin_index(p, 200)
+    assert m.auroc == pytest.approx(roc_auc_score(y, ties), abs=1e-9)
+    assert m.auroc == pytest.approx(roc_auc_score(y, p), abs=1e-2)
+    assert m.auprc == pytest.approx(average_precision_score(y, ties), abs=1e-9)
+    assert m.prevalence == pytest.approx(y.mean(), abs=1e-9) and m.records == pytest.approx(y.size, abs=1e-6)
+
+
+def test_counts_add_up_and_one_record_moves_exactly_one_cell_by_one():
+    p, y = binormal(3000, np.random.default_rng(2))
+    h = noisy_histograms(p, y, 30, TINY, np.random.default_rng(3))
+    assert h.negatives.sum() + h.positives.sum() == pytest.approx(y.size, abs=1e-6)
+    assert h.positives.sum() == pytest.approx(y.sum(), abs=1e-6)
+
+    # the same noise draw on neighbouring data sets: the releases differ in one cell, by 1
+    neighbour = noisy_histograms(np.append(p, 0.5), np.append(y, 1), 30, 2.0, np.random.default_rng(4))
+    h = noisy_histograms(p, y, 30, 2.0, np.random.default_rng(4))
+    difference = np.concatenate([neighbour.negatives - h.negatives, neighbour.positives - h.positives])
+    assert np.count_nonzero(np.abs(difference) > 1e-9) == 1
+    assert difference[30 + bin_index(np.array([0.5]), 30)[0]] == pytest.approx(1.0)
+
+
+def test_noise_has_standard_deviation_sigma():
+    p, y = binormal(1000, np.random.default_rng(5))
+    exact = noisy_histograms(p, y, 500, TINY, np.random.default_rng(6))
+    rng = np.random.default_rng(7)
+    residuals = np.concatenate([np.concatenate([h.negatives - exact.negatives, h.positives - exact.positives])
+                                for h in (noisy_histograms(p, y, 500, 3.0, rng) for _ in range(5))])
+    assert residuals.size == 5000
+    assert residuals.std() == pytest.approx(3.0, rel=0.05) and abs(residuals.mean()) < 0.15
+
+
+def test_intervals_cover_the_exact_auroc_and_widen_with_the_noise():
+    exact = norm.cdf(1.5 / math.sqrt(2))
+    covered = 0
+    for seed in range(30):
+        p, y = binormal(2000, np.random.default_rng(100 + seed))
+        m = metrics_from_histograms(noisy_histograms(p, y, 50, 5.0, np.random.default_rng(200 + seed)),
+                                    resamples=500, rng=np.random.default_rng(seed))
+        low, high = m.intervals["auroc"]
+        covered += low <= exact <= high
+    assert covered >= 24
+
+    p, y = binormal(2000, np.random.default_rng(300))
+    widths = []
+    for sigma in (0.5, 5.0, 20.0):
+        m = metrics_from_histograms(noisy_histograms(p, y, 50, sigma, np.random.default_rng(301)), resamples=500)
+        widths.append({k: high - low for k, (low, high) in m.intervals.items()})
+    for metric in ("auroc", "auprc", "prevalence"):
+        assert widths[0][metric] < widths[1][metric] < widths[2][metric]
+
+
+def test_clamping_bias_is_avoided():
+    """Noise alone in the many empty cells must not drag AUROC towards 1/2."""
+    p, y = binormal(2000, np.random.default_rng(8))
+    exact = roc_auc_score(y, bin_index(p, 50))
+    estimates = [metrics_from_histograms(noisy_histograms(p, y, 50, 5.0, np.random.default_rng(s)),
+                                         resamples=1).auroc for s in range(40)]
+    assert abs(np.mean(estimates) - exact) < 0.02
+
+
+@pytest.mark.parametrize("probabilities, labels, bins, sigma", [
+    ([0.1, 1.2345678, 0.3], [0, 1, 0], 10, 1.0),
+    ([0.1, -0.4567891, 0.3], [0, 1, 0], 10, 1.0),
+    ([0.1, float("nan"), 0.3], [0, 1, 0], 10, 1.0),
+    ([0.1, float("inf"), 0.3], [0, 1, 0], 10, 1.0),
+    ([0.1, 0.2, 0.3], [0, 37, 0], 10, 1.0),
+    ([0.1, 0.2, 0.3], [0, 0.5, 1], 10, 1.0),
+    ([0.1, 0.2, 0.3], ["a", "b", "c"], 10, 1.0),
+    ([0.1, 0.2, 0.3], [0, 1], 10, 1.0),
+    ([[0.1, 0.2]], [[0, 1]], 10, 1.0),
+    ([0.1, 0.2], [0, 1], 3, 1.0),
+    ([0.1, 0.2], [0, 1], 10, 0.0),
+    ([0.1, 0.2], [0, 1], 10, -1.0),
+    ([0.1, 0.2], [0, 1], 10, float("nan")),
+])
+def test_bad_inputs_raise_without_echoing_values(probabilities, labels, bins, sigma):
+    with pytest.raises(ValueError) as error:
+        noisy_histograms(probabilities, labels, bins, sigma, np.random.default_rng(0))
+    message = str(error.value)
+    assert not any(s in message for s in ("1.234", "0.456", "nan", "inf", "37", "0.5", "0.1", "0.2", "0.3"))
+
+
+def test_bad_post_processing_arguments_raise():
+    h = noisy_histograms([0.1, 0.9], [0, 1], 10, 1.0, np.random.default_rng(0))
+    for kwargs in ({"confidence": 1.0}, {"resamples": 0}, {"min_bin_records": 0.0}):
+        with pytest.raises(ValueError):
+            metrics_from_histograms(h, **kwargs)
+
+
+def test_a_missing_class_gives_nan_not_an_error():
+    p = np.random.default_rng(9).uniform(0, 1, 500)
+    m = metrics_from_histograms(noisy_histograms(p, np.zeros(500, int), 20, TINY, np.random.default_rng(10)))
+    assert math.isnan(m.auroc) and math.isnan(m.auprc) and all(map(math.isnan, m.intervals["auroc"]))
+    assert m.prevalence == pytest.approx(0, abs=1e-6) and m.records == pytest.approx(500, abs=1e-6)
+
+    released = NoisyHistograms(score_edges(4), np.array([3.0, 5.0, 2.0, 1.0]), -np.ones(4), 1.0)
+    assert math.isnan(metrics_from_histograms(released).auroc)
+    empty = NoisyHistograms(score_edges(4), -np.ones(4), -np.ones(4), 1.0)
+    m = metrics_from_histograms(empty)
+    assert m.records == 0 and math.isnan(m.ece) and math.isnan(m.prevalence)
+    assert all(b["observed_rate"] is None for b in m.reliability)
+
+
+def test_reliability_groups_are_public_and_rates_need_enough_records_and_calibrated_scores_have_small_ece():
+    p, y = binormal(5000, np.random.default_rng(11))
+    m = metrics_from_histograms(noisy_histograms(p, y, 50, 3.0, np.random.default_rng(12)), min_bin_records=25)
+    other = metrics_from_histograms(noisy_histograms(p[:300], y[:300], 50, 30.0, np.random.default_rng(1)))
+    bins = m.reliability
+    edges = [(b["low"], b["high"]) for b in bins]
+    assert edges == [(b["low"], b["high"]) for b in other.reliability]  # never shaped by the data or the noise
+    assert len(bins) == 10 and bins[0]["low"] == 0 and bins[-1]["high"] == 1
+    assert all(a["high"] == b["low"] for a, b in zip(bins, bins[1:]))
+    assert all((b["observed_rate"] is None) == (b["records"] < 25) for b in bins)
+    assert all(b["observed_rate"] == b["positives"] / b["records"] for b in bins if b["observed_rate"] is not None)
+    assert all(b["low"] < b["mean_predicted"] < b["high"] for b in bins)
+
+    rng = np.random.default_rng(13)
+    z = rng.normal(-2, 1.2, 400_000)
+    y = (rng.random(z.size) < 1 / (1 + np.exp(-z))).astype(int)
+    calibrated = metrics_from_histograms(noisy_histograms(1 / (1 + np.exp(-z)), y, 100, TINY, rng),
+                                         resamples=50, min_bin_records=2000)
+    overconfident = metrics_from_histograms(noisy_histograms(1 / (1 + np.exp(-3 * z)), y, 100, TINY, rng),
+                                            resamples=50, min_bin_records=2000)
+    assert calibrated.ece < 0.01 < 0.05 < overconfident.ece
+
+
+def test_releases_serialise_and_the_default_bootstrap_is_reproducible():
+    p, y = binormal(1000, np.random.default_rng(14))
+    h = noisy_histograms(p, y, 20, 1.0, np.random.default_rng())
+    first, second = metrics_from_histograms(h, resamples=100), metrics_from_histograms(h, resamples=100)
+    assert first.intervals == second.intervals
+    assert set(first.intervals) == {"auroc", "auprc", "prevalence", "ece"}
+    text = json.dumps({"histograms": h.as_dict(), "metrics": first.as_dict()})
+    assert json.loads(text)["histograms"]["noise_multiplier"] == 1.0
+    assert len(json.loads(text)["histograms"]["edges"]) == 21
