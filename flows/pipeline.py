@@ -1,8 +1,9 @@
 """privehr-pipeline: [dvc pull of missing inputs] -> ingest -> validate (GX gate) -> cohort -> split
 -> check labels -> record counts (DP) -> features (public or DP statistics) -> [privehr-synthesize subflow on the
 EHR table] -> budget check (reserves every release) -> search[cell] -> fit[cell, seed] (each release into the
-ledger as it is trained, its test predictions kept under intermediate/) -> report (medians, calibration, bootstrap
-intervals, subgroups, report.html) -> release bundle (DP evaluation, model card, manifest) -> version.
+ledger as it is trained, its test predictions kept under intermediate/) -> release bundle (DP evaluation, model
+card, manifest) -> report (the card first; medians, calibration, bootstrap intervals, subgroups, report.html)
+-> version.
 
 The flow only wires tasks; each task reads and writes files in ``artifacts/<run-id>/`` and passes
 paths on, so no patient-level value enters Prefect's database or result storage. The ledger is proven
@@ -102,11 +103,13 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
         wait(runs)  # a failed fit leaves the others to finish (and enter the ledger) before the run stops
         clock.add("fit (after the last search)", time.perf_counter() - searched)
         rows = [r.result() for r in runs]
+        bundle = None
+        if config.release.bundle:  # before the report, whose first screen is the bundle's card
+            with clock.stage("release bundle"):
+                bundle = write_release_bundle(run_dir, rows, config, reservations)
         summary = write_report(run_dir, rows, config.privacy, config.evaluation, config.pages, clock.seconds)
         clock.add("report", summary["stage_seconds"]["report"])
-        if config.release.bundle:
-            with clock.stage("release bundle"):
-                summary["release"] = write_release_bundle(run_dir, rows, config, reservations)
+        summary["release"] = bundle
         if config.versioning.dvc:
             with clock.stage("version"):
                 summary["versioning"] = version_run(run_dir, config.versioning.push)

@@ -57,7 +57,9 @@ def featurizer_statistics(data: dict, train: np.ndarray, source: FeaturizerSourc
     noise = NoiseSource.for_release(privacy.reproducible_noise, "featurizer statistics")
     statistics = dp_statistics(data["mean"][train], data["count"][train], data["subject_id"][train],
                                table["valid_low"].to_numpy(float), table["valid_high"].to_numpy(float),
-                               reserved.plan.noise_multiplier, noise.numpy_generator("featurizer"))
+                               reserved.plan.noise_multiplier, noise.numpy_generator("featurizer"),
+                               fallback_mean=table["mean"].to_numpy(float),  # public: where the noise is too large
+                               fallback_std=table["sd"].where(table["sd"] > 0, 1.0).to_numpy(float))
     entry = reserved.plan.ledger_entry(noise.guarantee, "featurizer statistics")
     return statistics, record_release(privacy.ledger_path, reserved.reservation, entry).release
 

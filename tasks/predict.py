@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from prefect import task
 
 from privehr.core.errors import InputError
 from privehr.io.mimic_extract import read_window
@@ -22,7 +23,7 @@ from privehr.models.classifiers import build_classifier, classifier_inputs
 from privehr.models.classifiers.training import predict_proba
 from privehr.models.data.hourly_features import HourlyFeaturizer
 
-__all__ = ["score_stays", "apply_bundle"]
+__all__ = ["score_stays", "score_stays_task", "apply_bundle"]
 
 
 def _masked(window, featurizer: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -99,3 +100,6 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     return {"bundle": str(bundle.path), "data": str(data_path), "out": str(out_path), "stays": int(len(table)),
             "in_cohort": int(table["in_cohort"].sum()), "models": sorted(risks),
             "guarantee": bundle.manifest["guarantee"]}
+
+
+score_stays_task = task(score_stays, name="score-stays")  # the privehr-score flow's one task

@@ -229,11 +229,10 @@ PREPARE = {"ledger_tampered": _tampered_ledger}
 
 FLOWS_RAN = {"semicolon", "text_labels", "short_stays", "patient_twice", "derived_source_missing", "delta_half"}
 # each in its own process with its own Prefect server (they start flows, or fail around them)
-CASES = ["semicolon", "text_labels", "short_stays", "patient_twice", "derived_source_missing", "invalid_yaml",
-         "unwritable_artifacts", "unwritable_ledger", "missing_file", "delta_half"]
+CASES = ["semicolon", "text_labels", "short_stays", "patient_twice", "derived_source_missing", "delta_half"]
 # refused before Prefect starts (settings, spec, run id, ledger, the table's or extract's layout): through main() in
 # this process, one after another, a second each instead of a process and its imports each
-EARLY = ["run_id_dotdot_resume", "run_id_dot", "run_id_dots", "run_id_path", "quarantined_whole", "one_class_target",
+EARLY = ["invalid_yaml", "unwritable_artifacts", "unwritable_ledger", "missing_file", "run_id_dotdot_resume", "run_id_dot", "run_id_dots", "run_id_path", "quarantined_whole", "one_class_target",
          "spec_attribute_twice", "spec_bounds_reversed", "settings_errors", "ledger_tampered", "epsilon_1e9",
          "epsilon_0", "epsilon_negative", "epsilon_nan", "epsilon_inf", "delta_0", "delta_1", "csv_empty",
          "csv_header_only", "csv_tab", "csv_utf16", "csv_ragged", "h5_empty", "h5_text", "h5_truncated",
@@ -293,7 +292,9 @@ def test_bad_input_refused_before_prefect_starts(case, early_cases, capsys, monk
     ledger_before = ledger.read_bytes() if ledger.exists() else None
     monkeypatch.chdir(home / "cwd")
     monkeypatch.delenv("PRIVEHR_LEDGER", raising=False)
-    argv = [a.replace("{input}", str(raw)) for a in argv] + ["--json", "--artifacts-dir", str(home / "artifacts")]
+    argv = [a.replace("{input}", str(raw)) for a in argv] + ["--json"]
+    if "--artifacts-dir" not in argv:
+        argv += ["--artifacts-dir", str(home / "artifacts")]
     code = main(argv)  # any exception but an input error propagates: the traceback a user would see
     out, err = capsys.readouterr()
     _check(case, status, words, raw, before, SimpleNamespace(returncode=code, stdout=out, stderr=err),

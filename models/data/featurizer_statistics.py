@@ -20,8 +20,9 @@ The mechanism (privacy unit: the patient). For variable v, with public bounds lo
 5. post-process S: m = S_a / S_c, var = max(S_b / S_c - m^2, 0), mean = low + m (high - low) clipped to the
    bounds, std = sqrt(var) (high - low). A variable falls back (to ``fallback_mean``/``fallback_std``, e.g.
    the public values, else the midpoint and a quarter of the range) when its noisy count S_c is below
-   ``min_patients`` (default 10 sigma: the count's relative noise exceeds ~10%) or its std is not finite
-   or below 1e-3 (high - low).
+   ``min_patients`` (default 10 sigma: the count's relative noise exceeds ~10%); its std alone falls back
+   when it is not finite, below 1e-3 (high - low), or when the variance's own noise (first-order propagation
+   of the three noisy sums' known noise) exceeds half of it.
 
 Sensitivity (sketch). u and u^2 lie in [0, 1], so do their means a and b, and c is 0 or 1; an average of
 vectors in [0, 1]^(3V) stays there. Adding or removing one patient changes the sum by that patient's
@@ -209,9 +210,12 @@ def dp_statistics(mean, count, subject_ids, low, high, noise_multiplier: float, 
     with np.errstate(divide="ignore", invalid="ignore"):
         m = s_a / s_c
         var = np.maximum(s_b / s_c - m ** 2, 0.0)
+        # the variance's noise, to first order in the three noisy sums (all post-processing of the release)
+        var_se = sigma / s_c * np.sqrt(1 + 4 * m ** 2 + (2 * m ** 2 - s_b / s_c) ** 2)
     est_mean = np.clip(low + m * width, low, high)
     est_std = np.sqrt(var) * width
-    fallback = ((s_c < threshold) | (s_c <= 0) | ~np.isfinite(est_mean) | ~np.isfinite(est_std)
-                | (est_std < 1e-3 * width) | (est_std <= 0))
-    return FeaturizerStatistics(np.where(fallback, fb_mean, est_mean), np.where(fallback, fb_std, est_std),
-                                "dp", fallback)
+    no_mean = (s_c < threshold) | (s_c <= 0) | ~np.isfinite(est_mean)
+    no_std = (no_mean | ~np.isfinite(est_std) | (est_std < 1e-3 * width) | (est_std <= 0)
+              | ~(var_se <= 0.5 * var))  # a variance known to within 50 %, else the fallback scale
+    return FeaturizerStatistics(np.where(no_mean, fb_mean, est_mean), np.where(no_std, fb_std, est_std),
+                                "dp", no_mean | no_std)

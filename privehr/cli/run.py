@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import yaml
@@ -49,6 +50,23 @@ def _yaml(config: PipelineConfig) -> str:
     return yaml.safe_dump(json.loads(config.model_dump_json()), sort_keys=False).rstrip()
 
 
+def _check_artifacts_dir(path: Path) -> None:
+    """An artifacts directory that cannot be made or written is named before Prefect starts, not after its server
+    came up (the run would stop there, creating its directory)."""
+    from privehr.io.permissions import private_umask
+
+    try:
+        with private_umask():  # as the run would have made it: owner-only
+            path.mkdir(parents=True, exist_ok=True)
+        writable = os.access(path, os.W_OK | os.X_OK)
+        why = "permission denied"
+    except OSError as err:
+        writable, why = False, err.strerror
+    if not writable:
+        raise InputError(f"cannot create the run directory in {path} ({why}); make {path} writable or pass another "
+                         "artifacts directory")
+
+
 def run_command(args) -> int:
     from privehr.io.mimic_extract import check_extract  # deferred for start-up time (pandas, h5py)
 
@@ -63,6 +81,7 @@ def run_command(args) -> int:
     from privehr.io.privacy_ledger import Ledger  # deferred for start-up time (torch, opacus)
 
     Ledger(config.privacy.ledger_path).state()  # a tampered ledger is named before anything is read
+    _check_artifacts_dir(Path(config.artifacts_dir))
     if config.synthesis is not None and not Path(config.synthesis.path).exists():
         raise InputError(f"the profile also synthesises the EHR table {config.synthesis.path}, which does not exist; "
                          "write the demo table with `privehr demo-data ehr --out data/ehr/EHR_dataset.csv`, point "

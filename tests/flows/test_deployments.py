@@ -33,3 +33,11 @@ def test_the_private_inference_deployment_runs_the_papers_settings():
     config = InferenceConfig.model_validate(deployment["parameters"]["config"])
     assert config.mus == [6.68, 1.12, 0.50, 0.27] and config.vi.steps == 8000 and config.vi.draws == 1000
     assert config.runs == 5 and config.synthetic.density.sample_rate == pytest.approx(500 / 6000)
+
+
+def test_the_scoring_deployment_validates_and_waits_for_its_bundle():
+    from privehr.core.config import ScoringConfig
+
+    (deployment,) = [d for d in DEPLOYMENTS if d["entrypoint"] == "flows/score.py:score"]
+    config = ScoringConfig.model_validate(deployment["parameters"]["config"])
+    assert config.bundle.name == "release" and [s["active"] for s in deployment["schedules"]] == [False]

@@ -40,6 +40,8 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
             assert expm["loss"] == "l2" and expm["epsilon_prv"] is None
             assert 0 <= expm["auroc_bayes"] <= 1 and 0 <= expm["auroc_map"] <= 1 and expm["gap_std"] >= 0
     report = (run_dir / "results.md").read_text()
+    assert report.index("## Release bundle: what may leave the hospital") < report.index("## Results")
+    assert "| mort_icu-grud-dp_sgd-bce-eps1 |" in report.split("## Results")[0]
     assert "| expm_nf | l2 | 1 |" in report and "expm_nf_auroc_boxplots.png" in report
     assert (run_dir / "expm_nf_auroc_boxplots.png").stat().st_size > 10_000
     assert "Validation of `all_hourly_data.h5`: passed, 30 expectations" in report
@@ -47,8 +49,8 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
     assert "| not DP (non-private) |" in report and "| DP |" in report
     assert "| not DP (ExpM+NF: eps~ is a training parameter, no guarantee is proven) |" in report
     ledger = metrics["privacy_ledger"]
-    # every fit, and the record counts its plans were built from (the bundle's DP evaluations come after the report)
-    assert ledger["releases"] == metrics["runs"] + 1 and ledger["pending"] == 4 and not ledger["dp"]
+    # every fit, the record counts its plans were built from and the bundle's four DP evaluations
+    assert ledger["releases"] == metrics["runs"] + 1 + 4 and ledger["pending"] == 0 and not ledger["dp"]
     assert ledger["counts"] == {"dp": 1, "dp_sgd": 16, "non_private": 8, "expm_nf": 8, "gaussian": 4}
     bundle = summary["release"]
     assert sorted(bundle["models"]) == sorted(f"{lb}-{m}-dp_sgd-bce-eps1" for lb in ("mort_icu", "los_3")
@@ -86,8 +88,8 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
         assert section in report, section
     stages = metrics["stage_seconds"]
     assert list(stages) == ["setup", "ingest", "validate", "cohort", "split", "record counts", "features",
-                            "budget check", "search",
-                            "fit (after the last search)", "report"] and all(v >= 0 for v in stages.values())
+                            "budget check", "search", "fit (after the last search)", "release bundle",
+                            "report"] and all(v >= 0 for v in stages.values())
     assert summary["stage_seconds"]["report"] == stages["report"] and "## Time per stage" in report
     assert metrics["fit_task_seconds"] == pytest.approx(sum(r["fit_seconds"] for r in _fit_rows(run_dir)))
     page = (run_dir / "report.html").read_text()

@@ -130,6 +130,16 @@ def test_predict_from_the_bundle_alone_scores_the_test_stays_as_the_run_did(runs
     assert risks.loc[ids, "in_cohort"].all() and summary["stays"] >= len(ids)
 
 
+def test_the_scoring_flow_scores_from_a_bundle_and_returns_counts_only(runs, tmp_path):
+    from privehr.core.config import ScoringConfig
+    from privehr.flows.score import score
+
+    summary = score(ScoringConfig(bundle=runs["same"][1] / "release", data=runs["tmp"] / "full.h5",
+                                  out=tmp_path / "scores" / "risks.csv"))
+    assert summary["models"] == [CELL] and summary["stays"] == len(pd.read_csv(tmp_path / "scores" / "risks.csv"))
+    assert set(summary) == {"bundle", "data", "out", "stays", "in_cohort", "models", "guarantee"}
+
+
 def test_the_cards_total_is_the_ledgers_composition_of_the_bundles_releases(runs, capsys):
     bundle = runs["same"][0] / "release"
     card = json.loads((bundle / "card.json").read_text())

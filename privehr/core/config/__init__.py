@@ -10,7 +10,7 @@ deployment parameters against the same schema, so a bad value is refused before 
 * ``data``: inputs, validation, pages, and ``privehr-validate`` (``StewardConfig``);
 * ``synthesis``: ``privehr-ehr-prepare`` and ``privehr-synthesize`` (MICE, DP-NF, DP-HFlow, AIM/MST, budgets);
 * ``training``: the split, the grid and each method's settings, the test-set evaluation;
-* ``release``: the release bundle (featurizer source, DP counts and evaluation);
+* ``release``: the release bundle (featurizer source, DP counts and evaluation) and ``privehr-score``;
 * ``pipeline``: ``privehr-pipeline``; ``audit``: ``privehr-audit``;
 * ``profiles``: the ``demo`` and ``full`` presets and :func:`load_config`.
 
@@ -27,7 +27,7 @@ from privehr.core.config.synthesis import (MARGINAL_SYNTHESIZERS, Budget, DPNFCo
 from privehr.core.config.training import (Cell, DPSGDConfig, DPSGDSettings, EvaluationConfig, ExpMNFConfig,
                                           GRUDConfig, NonPrivateConfig, NonPrivateSettings, SplitConfig,
                                           TrainingConfig)
-from privehr.core.config.release import FeaturizerSource, RecordCount, ReleaseConfig
+from privehr.core.config.release import FeaturizerSource, RecordCount, ReleaseConfig, ScoringConfig
 from privehr.core.config.pipeline import PipelineConfig, VersioningConfig
 from privehr.core.config.audit import AuditConfig
 from privehr.core.config.profiles import BRIDGES_2023_EPSILONS, DEMO_SYNTHESIS, PROFILES, load_config
@@ -38,6 +38,6 @@ __all__ = ["Label", "Model", "Method", "AuditedMethod", "Loss", "DPSGDClipping",
            "MarginalConfig", "Synthesizer", "MARGINAL_SYNTHESIZERS", "SynthesisMICEConfig", "Budget",
            "SynthesisConfig", "SplitConfig", "NonPrivateSettings", "NonPrivateConfig", "DPSGDSettings",
            "DPSGDConfig", "ExpMNFConfig", "GRUDConfig", "Cell", "TrainingConfig", "EvaluationConfig",
-           "VersioningConfig", "PipelineConfig", "ReleaseConfig", "FeaturizerSource", "RecordCount", "AuditConfig", "BRIDGES_2023_EPSILONS", "DEMO_SYNTHESIS",
+           "VersioningConfig", "PipelineConfig", "ReleaseConfig", "FeaturizerSource", "RecordCount", "ScoringConfig", "AuditConfig", "BRIDGES_2023_EPSILONS", "DEMO_SYNTHESIS",
            "PROFILES", "load_config", "_Strict", "_moved", "_resume_needs_run_id", "_ledger_beside_runs",
            "_default_ledger"]

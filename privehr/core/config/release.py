@@ -9,13 +9,14 @@ its share of the budget is.
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from privehr.core.config.base import _Strict, PositiveFloat
 
-__all__ = ["ReleaseConfig", "FeaturizerSource", "RecordCount"]
+__all__ = ["ReleaseConfig", "FeaturizerSource", "RecordCount", "ScoringConfig"]
 
 FeaturizerSource = Literal["public", "dp", "exact"]
 RecordCount = Literal["dp", "public"]
@@ -55,3 +56,13 @@ class ReleaseConfig(_Strict):
     def bundles(self, cell_id: str) -> bool:
         """Whether the seed-0 fit of cell ``cell_id`` goes into the bundle."""
         return self.bundle and any(fnmatchcase(cell_id, pattern) for pattern in self.include)
+
+
+class ScoringConfig(_Strict):
+    """``privehr-score``: score the stays of a MIMIC-Extract file with a release bundle's models (the bundle alone)."""
+
+    bundle: Path = Field(..., description="a run's release/ folder, or a copy of it (verified before use)")
+    data: Path = Field(..., description="the MIMIC-Extract file of the stays to score")
+    out: Path = Field(..., description="CSV of risks, one row per stay: patient-level, keep it where the data may be")
+    models: list[str] | None = Field(None, description="bundled models' cell ids (default: all)")
+    chunk_rows: int = Field(32768, ge=1, description="hourly rows read at a time")

@@ -112,8 +112,9 @@ def test_rare_variables_fall_back():
     count[3:, :, 2] = 0                                           # variable 2: observed in 3 patients only
     mean[3:, :, 2] = np.nan
     low, high = np.zeros(v), np.full(v, 100.0)
-    s = dp_statistics(mean, count, np.arange(stays), low, high, noise_multiplier=1.0,
-                      rng=np.random.default_rng(7), fallback_mean=[1.0, 2.0, 3.0], fallback_std=[4.0, 5.0, 6.0])
+    s = dp_statistics(mean, count, np.arange(stays), low, high, noise_multiplier=0.05,
+                      rng=np.random.default_rng(7), min_patients=20.0, fallback_mean=[1.0, 2.0, 3.0],
+                      fallback_std=[4.0, 5.0, 6.0])
     assert s.fallback.tolist() == [False, False, True]
     assert s.mean[2] == 3.0 and s.std[2] == 6.0
     d = s.as_dict()
@@ -153,3 +154,11 @@ def test_bad_inputs_raise_without_values():
         with pytest.raises(ValueError) as err:
             dp_statistics(**kwargs)
         assert not any(s in str(err.value) for s in ("123.456", "7.25", "9.5", "2.5")), str(err.value)
+
+
+def test_a_variance_the_noise_swamps_falls_back_while_its_mean_is_kept():
+    rng = np.random.default_rng(8)
+    mean = rng.normal(50.0, 1.0, (2000, 1, 1))  # sd 1 in a range of 100: (0.01)^2 against noise ~1e-3 / patient
+    s = dp_statistics(mean, np.ones_like(mean), np.arange(2000), np.zeros(1), np.full(1, 100.0), 1.0,
+                      np.random.default_rng(9), fallback_mean=[10.0], fallback_std=[7.0])
+    assert s.fallback.tolist() == [True] and s.std.tolist() == [7.0] and abs(s.mean[0] - 50.0) < 1.0
