@@ -18,6 +18,7 @@ from prefect import task
 
 from privehr.core.errors import InputError
 from privehr.io.mimic_extract import read_window
+from privehr.io.permissions import private_umask
 from privehr.io.release_bundle import Bundle, read_bundle
 from privehr.models.classifiers import build_classifier, classifier_inputs
 from privehr.models.classifiers.training import predict_proba
@@ -70,6 +71,9 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     out_path, data_path = Path(out_path), Path(data_path)
     if out_path.resolve() == data_path.resolve():
         raise InputError(f"--out {out_path} is the input file; name another file for the scores")
+    if out_path.resolve().is_relative_to(bundle.path.resolve()):
+        raise InputError(f"--out {out_path} is inside the release bundle, which leaves the hospital; write the "
+                         "scores where the data may be")
     f = bundle.featurizer
     window_hours, gap_hours = f["window_hours"], f["gap_hours"]
     try:
@@ -78,9 +82,9 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
         raise InputError(f"key 'patients' in {data_path} cannot be read as a pandas table ({type(err).__name__}); "
                          "give a MIMIC-Extract file (all_hourly_data.h5)") from None
     ids = patients.reset_index()
-    if not {"subject_id", "icustay_id", "max_hours"} <= set(ids.columns):
-        raise InputError(f"'patients' in {data_path} needs subject_id, icustay_id and max_hours, as MIMIC-Extract "
-                         "writes them")
+    if not {"subject_id", "hadm_id", "icustay_id", "max_hours"} <= set(ids.columns):
+        raise InputError(f"'patients' in {data_path} needs subject_id, hadm_id, icustay_id and max_hours, as "
+                         "MIMIC-Extract writes them")
     hours = pd.to_numeric(ids["max_hours"], errors="coerce")
     stays = ids.loc[hours >= window_hours, ["subject_id", "hadm_id", "icustay_id"]].astype("int64")
     stays["in_cohort"] = (hours[hours >= window_hours] > window_hours + gap_hours).to_numpy()
@@ -95,8 +99,9 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     table = stays.reset_index(drop=True)
     for cell_id, p in risks.items():
         table[f"risk_{cell_id}"] = p
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out_path, index=False)
+    with private_umask():  # patient-level: the owner's alone, as every file of a run
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out_path, index=False)
     return {"bundle": str(bundle.path), "data": str(data_path), "out": str(out_path), "stays": int(len(table)),
             "in_cohort": int(table["in_cohort"].sum()), "models": sorted(risks),
             "guarantee": bundle.manifest["guarantee"]}

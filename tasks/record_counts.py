@@ -15,6 +15,8 @@ without any count, so they are reserved together, before the plans that need the
 
 from __future__ import annotations
 
+import json
+
 from prefect import task
 
 from privehr.core.config import PipelineConfig
@@ -40,15 +42,16 @@ COUNTS_KEY, STATISTICS_KEY = "record-counts", "featurizer-statistics"
 def check_preprocessing_budget(run_dir: str, config: PipelineConfig) -> dict[str, Reserved]:
     """Reserve the record counts (``release.record_count: dp``) and the featurizer's DP statistics
     (``release.featurizer: dp``); raise if the budget would be exceeded. Returns what it reserved by key."""
-    release, privacy = config.release, config.privacy
-    if config.resume and RunLayout(run_dir).record_counts.exists():
-        return {}  # an earlier attempt released them: recorded then, reused now
+    release, privacy, run = config.release, config.privacy, RunLayout(run_dir)
+    # a resumed run reuses what its earlier attempt released (recorded then): the counts, and DP statistics
+    counted = config.resume and run.record_counts.exists()
+    described = config.resume and run.featurizer.exists() and json.loads(run.featurizer.read_text()).get("release")
     guarantee = "reproducible" if privacy.reproducible_noise else "dp"
     planned: dict[str, tuple[LedgerEntry, object]] = {}
-    if release.record_count == "dp":
+    if release.record_count == "dp" and not counted:
         planned[COUNTS_KEY] = (LedgerEntry("", "", "dp", release.count_epsilon, guarantee=guarantee,
                                            what="record counts"), None)
-    if release.featurizer == "dp":
+    if release.featurizer == "dp" and not described:
         plan = GaussianPlan.for_epsilon(release.featurizer_epsilon, privacy.delta)
         planned[STATISTICS_KEY] = (plan.ledger_entry(guarantee, "featurizer statistics"), plan)
     if not planned:

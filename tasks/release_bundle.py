@@ -99,8 +99,11 @@ def _model_file(run: RunLayout, row: FitRow, n_variables: int, n_hours: int) -> 
             "training": state["training"]}
 
 
-def _guarantee(total: dict, featurizer: str, counts: str) -> tuple[str, list[str]]:
+def _guarantee(total: dict, featurizer: str, counts: str, split: str) -> tuple[str, list[str]]:
     reasons = []
+    if split == "stratified":
+        reasons.append("the split is label-stratified (split.method: stratified): one patient more or less moves "
+                       "others between train, dev and test")
     if not total["dp"]:
         reasons += [f"{n} release(s) {label}" for label, n in total["not_dp"].items()]
     if featurizer == "exact":
@@ -198,7 +201,7 @@ def write_release_bundle(run_dir: str, rows: list[dict], config: PipelineConfig,
     sources["evaluation.json"] = {"source": "dp", "releases": evaluation_releases}
     entries = [e for e in read_ledger(config.privacy.ledger_path) if e.release in cited]
     total = bundle_total([public_entry(e) for e in entries], config.privacy.delta)
-    guarantee, _ = _guarantee(total, featurizer["source"], counts["source"])
+    guarantee, _ = _guarantee(total, featurizer["source"], counts["source"], config.split.method)
     card = _card(config, models, counts, featurizer, total, guarantee)
     (out / "card.json").write_text(strict_dumps(card, indent=1))
     (out / "card.md").write_text(render_card(card))
@@ -206,9 +209,10 @@ def write_release_bundle(run_dir: str, rows: list[dict], config: PipelineConfig,
     sources["card.json"], sources["card.md"] = ({"source": "derived", "releases": every} for _ in range(2))
     for name, about in sources.items():
         about["about"] = BUNDLE_FILES.get(name, "a bundled model: DP-SGD weights and its architecture")
-    header = {"run_id": run.root.name, "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "code": {"privehr": version("privehr"), "git_commit": json.loads(run.provenance.read_text())["git_commit"]},
-              "guarantee": guarantee}
+    # the date alone (a time of day would time the run, whose length follows the data's size); the package's
+    # version, not the working tree's commit (a project that commits its data.dvc commits the delivery's hash)
+    header = {"run_id": run.root.name, "created": datetime.now(timezone.utc).date().isoformat(),
+              "code": {"privehr": version("privehr")}, "guarantee": guarantee}
     manifest = write_manifest(out, sources, entries, config.privacy.delta, header)
     run_logger().info("release bundle: %d model(s), %d release(s); %s", len(models), len(entries), guarantee)
     return {"path": str(out), "models": [m["cell_id"] for m in models], "releases": len(entries),

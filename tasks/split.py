@@ -11,7 +11,7 @@ import pandas as pd
 from prefect import task
 
 from privehr.models.data.cohort import LABELS
-from privehr.models.data.patient_split import SPLITS, split_subjects
+from privehr.models.data.patient_split import SPLITS, hash_split, split_subjects
 from privehr.core.run_layout import RunLayout
 from privehr.core.config import SplitConfig
 from privehr.core.errors import InputError
@@ -28,19 +28,22 @@ def split_cohort(cohort_path: str, config: SplitConfig, run_dir: str) -> str:
     """Write ``intermediate/split_manifest.json`` (subject and stay ids per split: patient-level, out of DVC) and
     ``split_summary.json`` (counts, label rates and the manifest's sha256, versioned); return the manifest's path.
 
-    The strata are the combinations of mort_icu and los_3, whatever labels the run trains: the test set of a
-    cohort is the same for every label set (runs stay comparable), and all four labels would cut a small
-    cohort into strata too small to reach the dev split."""
+    ``split.method: hash`` (the default) assigns each subject by its own hash; ``stratified``: the strata are the
+    combinations of mort_icu and los_3, whatever labels the run trains: the test set of a cohort is the same for
+    every label set (runs stay comparable), and all four labels would cut a small cohort into strata too small
+    to reach the dev split."""
     data = load_cohort(cohort_path)
-    stratify_on = list(STRATA)
+    stratify_on = list(STRATA) if config.method == "stratified" else []
     stays = pd.DataFrame({c: data[c] for c in ["subject_id", "icustay_id", *LABELS]})
     if stays["subject_id"].nunique() < 3:
         raise InputError(f"the cohort has {stays['subject_id'].nunique()} subject(s); a train/dev/test split "
                          "needs at least 3. Use a larger input file.")
-    split = split_subjects(stays, stratify_on, (config.train, config.dev, config.test), config.seed)
+    fractions = (config.train, config.dev, config.test)
+    split = (split_subjects(stays, stratify_on, fractions, config.seed) if config.method == "stratified" else
+             hash_split(stays["subject_id"], fractions, config.seed))
     manifest = {
         "seed": config.seed, "fractions": [config.train, config.dev, config.test],
-        "unit": "subject_id", "stratified_by": stratify_on,
+        "unit": "subject_id", "method": config.method, "stratified_by": stratify_on,
         "counts": {s: {"subjects": int(stays.loc[split == s, "subject_id"].nunique()),
                        "stays": int((split == s).sum())} for s in SPLITS},
         "label_rates": {s: {lab: float(stays.loc[split == s, lab].mean()) for lab in LABELS} for s in SPLITS},

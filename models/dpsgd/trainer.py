@@ -112,6 +112,8 @@ def make_private_poisson(model: nn.Module, optimizer: torch.optim.Optimizer, loa
     private.forbid_grad_accumulation()  # as make_private does under Poisson sampling
     optimizer.secure_mode = True  # four Gaussians per coordinate (Opacus's floating-point mitigation)
     optimizer.expected_batch_size = plan.sample_rate * plan.n  # the plan's n: never the exact count
+    if not hasattr(optimizer, "expected_batch_size") or optimizer.expected_batch_size != plan.sample_rate * plan.n:
+        raise RuntimeError("Opacus's optimizer no longer takes its expected batch from the attribute privehr sets")
     if private_loader.sample_rate != plan.sample_rate:  # (Opacus's own book keeps 1 / int(1 / q): not what we claim)
         raise RuntimeError(f"Opacus samples at q = {private_loader.sample_rate}, the plan at {plan.sample_rate}")
     return engine, private, optimizer, private_loader

@@ -34,7 +34,11 @@ BUNDLE_FILES = {"card.json": "the model card (post-processing of the releases be
                 "featurizer.json": "the per-variable statistics and bounds that turn new stays into model inputs",
                 "evaluation.json": "each model's DP evaluation: noisy score histograms and the metrics computed "
                                    "from them"}
-_PRIVATE_FIELDS = ("dataset",)  # a keyed hash of the subject ids: equal across runs on one dataset, so not shipped
+# the dataset's id is a keyed hash of its subject ids, equal across runs on one dataset; the time of each release
+# would time the run, whose length follows the data's size: neither is shipped
+_PRIVATE_FIELDS = ("dataset", "created_utc")
+# what each file of a DP bundle must come from: (mechanism, at least, at most) releases
+_SOURCES = {"featurizer.json": ("gaussian", 1, 1), "counts.json": ("dp", 1, 1), "evaluation.json": ("gaussian", 1, None)}
 
 
 def _sha256(path: Path) -> str:
@@ -65,7 +69,7 @@ def write_manifest(bundle: Path, sources: dict[str, dict], entries: list[LedgerE
     present = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()} - {MANIFEST}
     if present != set(sources):
         raise RuntimeError(f"bundle files and their descriptions differ: {sorted(present ^ set(sources))}")
-    carried = [public_entry(e) for e in entries]
+    carried = sorted((public_entry(e) for e in entries), key=lambda e: e["release"])  # not the ledger's order
     files = {path: {"sha256": _sha256(bundle / path), **about}  # no sizes: a JSON file's length follows its digits
              for path, about in sorted(sources.items())}
     manifest = {"format": BUNDLE_FORMAT, **header, "delta": delta, "files": files, "releases": carried,
@@ -95,8 +99,13 @@ def verify_bundle(bundle: str | Path, ledger: list[LedgerEntry] | None = None) -
     problems += [f"{p}: in the manifest but missing" for p in sorted(set(files) - present)]
     problems += [f"{p}: sha256 differs from the manifest's" for p in sorted(set(files) & present)
                  if _sha256(bundle / p) != files[p]["sha256"]]
+    if manifest.get("format") != BUNDLE_FORMAT:
+        problems.append(f"format {manifest.get('format')!r} is not {BUNDLE_FORMAT}")
     cited = {r for about in files.values() for r in about.get("releases", [])}
     listed = {e["release"]: e for e in manifest.get("releases", [])}
+    if len(listed) != len(manifest.get("releases", [])):
+        problems.append("the manifest lists a release more than once")
+    problems += _source_problems(files, listed, manifest.get("delta"))
     problems += [f"release {r} is cited by a file but not in the manifest" for r in sorted(cited - set(listed))]
     problems += [f"release {r} is in the manifest but no file comes from it" for r in sorted(set(listed) - cited)]
     problems += [f"release {r} is {e.get('status')}, not released" for r, e in listed.items()
@@ -108,6 +117,9 @@ def verify_bundle(bundle: str | Path, ledger: list[LedgerEntry] | None = None) -
             if not _close(again[key], stated.get(key)):
                 problems.append(f"total {key}: the manifest says {stated.get(key)}, its releases compose to "
                                 f"{again[key]}")
+        if manifest.get("guarantee", "").startswith("DP end to end") and not (
+                again["dp"] and all(f.get("source") in ("public", "dp", "derived") for f in files.values())):
+            problems.append("the manifest says DP end to end, but its releases or its files' sources do not")
     except (KeyError, TypeError, ValueError) as err:
         problems.append(f"the manifest's releases cannot be composed ({err})")
     if ledger is not None:
@@ -117,6 +129,34 @@ def verify_bundle(bundle: str | Path, ledger: list[LedgerEntry] | None = None) -
                      if own[r] != listed[r]]
     return {"bundle": str(bundle), "ok": not problems, "problems": problems, "files": len(files),
             "releases": len(listed), "total": stated}
+
+
+def _source_problems(files: dict, listed: dict, delta) -> list[str]:
+    """Each file cites the releases its source needs: a DP model its DP-SGD release, a DP featurizer its Gaussian
+    release, DP counts their count release, the evaluation one Gaussian release per model; every Gaussian or DP-SGD
+    release at the manifest's delta."""
+    problems = []
+    models = [p for p in files if p.startswith("models/")]
+    for path, about in files.items():
+        mechanisms = [listed[r]["mechanism"] for r in about.get("releases", []) if r in listed]
+        if path in models:
+            expected = ("dp_sgd", 1, 1) if about.get("source") == "dp" else None
+        elif path in _SOURCES and about.get("source") in ("dp", "reproducible"):
+            mechanism, least, most = _SOURCES[path]
+            expected = (mechanism, len(models) if path == "evaluation.json" else least,
+                        len(models) if path == "evaluation.json" else most)
+        else:
+            expected = (None, 0, 0) if about.get("source") == "public" else None
+        if expected is not None:
+            mechanism, least, most = expected
+            mine = [m for m in mechanisms if mechanism is None or m == mechanism]
+            if not least <= len(mine) <= (most if most is not None else len(mine)) or len(mine) != len(mechanisms):
+                problems.append(f"{path}: its source {about.get('source')!r} needs {least} {mechanism or 'no'} "
+                                f"release(s); it cites {mechanisms}")
+    for r, e in listed.items():
+        if e.get("mechanism") in ("gaussian", "dp_sgd") and e.get("delta") != delta:
+            problems.append(f"release {r} was made at delta {e.get('delta')}, the manifest composes at {delta}")
+    return problems
 
 
 @dataclass(frozen=True)

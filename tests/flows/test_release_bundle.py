@@ -176,3 +176,34 @@ def test_release_verify_finds_a_changed_an_added_and_a_missing_file(runs, tmp_pa
     assert any("extra.csv" in p and "unaccounted" in p for p in problems)
     assert any("card.md" in p and "missing" in p for p in problems)
     assert main(["predict", str(bundle), "--data", str(runs["tmp"] / "full.h5"), "--out", str(tmp_path / "r.csv")]) == 2
+
+
+def _rewrite(bundle: Path, edit) -> None:
+    """Edit the manifest and recompose its total as a forger would (the hashes of the other files stay right)."""
+    from privehr.io.release_bundle import bundle_total
+
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    edit(manifest)
+    manifest["total"] = bundle_total(manifest["releases"], manifest["delta"])
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("forgery", ["drop_the_models_release", "a_larger_delta", "a_release_twice"])
+def test_a_manifest_forged_to_understate_its_total_does_not_verify(runs, tmp_path, forgery):
+    from privehr.io.release_bundle import verify_bundle
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(runs["same"][2] / "release", bundle)
+    assert verify_bundle(bundle)["ok"]
+
+    def drop(manifest):  # the found attack: the DP-SGD release out of every citation and the list
+        model = next(e["release"] for e in manifest["releases"] if e["mechanism"] == "dp_sgd")
+        manifest["releases"] = [e for e in manifest["releases"] if e["release"] != model]
+        for about in manifest["files"].values():
+            about["releases"] = [r for r in about["releases"] if r != model]
+
+    edits = {"drop_the_models_release": drop, "a_larger_delta": lambda m: m.update(delta=1e-2),
+             "a_release_twice": lambda m: m["releases"].append(m["releases"][0])}
+    _rewrite(bundle, edits[forgery])
+    report = verify_bundle(bundle)
+    assert not report["ok"], forgery

@@ -14,12 +14,17 @@ __all__ = ["Cell", "DPSGDConfig", "DPSGDSettings", "EvaluationConfig", "ExpMNFCo
 
 
 class SplitConfig(_Strict):
-    """Subject-level split, stratified by the label combination."""
+    """Subject-level split: by each subject's hash (stable when one patient is added), or label-stratified."""
 
     train: float = Field(0.7, gt=0, lt=1)
     dev: float = Field(0.1, gt=0, lt=1)
     test: float = Field(0.2, gt=0, lt=1)
     seed: int = 1
+    method: Literal["hash", "stratified"] = Field(
+        "hash", description="hash: a subject's split follows from its id and the seed alone, so one patient more "
+                            "or less moves no other (what a DP release of a split assumes); stratified: label rates "
+                            "equal across splits, but one patient more reshuffles its stratum (a release bundle is "
+                            "then not DP end to end)")
 
     @model_validator(mode="after")
     def _sums_to_one(self):

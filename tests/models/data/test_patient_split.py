@@ -34,3 +34,23 @@ def test_seeded_and_seed_sensitive():
     a = split_subjects(stays, ["mort_icu"], seed=5)
     assert a.equals(split_subjects(stays, ["mort_icu"], seed=5))
     assert not a.equals(split_subjects(stays, ["mort_icu"], seed=6))
+
+
+def test_the_hash_split_keeps_subjects_whole_and_moves_no_one_when_a_patient_is_added_or_removed():
+    from privehr.models.data.patient_split import hash_split
+
+    stays = _stays(4000, seed=3)
+    split = hash_split(stays["subject_id"], (0.7, 0.1, 0.2), seed=1)
+    assert (stays.assign(split=split).groupby("subject_id")["split"].nunique() == 1).all()
+    shares = split.groupby(stays["subject_id"]).first().value_counts(normalize=True)
+    assert abs(shares["train"] - 0.7) < 0.03 and abs(shares["dev"] - 0.1) < 0.02 and abs(shares["test"] - 0.2) < 0.03
+    # the attack on a stratified split: one patient more reshuffles its stratum and moves hundreds of others
+    newcomer = pd.DataFrame({"subject_id": [10**6], "mort_icu": [1], "los_3": [1]})
+    bigger = pd.concat([stays, newcomer], ignore_index=True)
+    assert hash_split(bigger["subject_id"], (0.7, 0.1, 0.2), seed=1)[:len(stays)].equals(split)
+    assert hash_split(stays["subject_id"][stays["subject_id"] != 7], (0.7, 0.1, 0.2), seed=1).equals(
+        split[stays["subject_id"] != 7])
+    stratified = split_subjects(stays, ["mort_icu", "los_3"], seed=1)
+    moved = (split_subjects(bigger, ["mort_icu", "los_3"], seed=1)[:len(stays)] != stratified).sum()
+    assert moved > 20  # (353 of 8,599 stays in the review that found it)
+    assert not split.equals(hash_split(stays["subject_id"], (0.7, 0.1, 0.2), seed=2))
