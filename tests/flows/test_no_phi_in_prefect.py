@@ -92,6 +92,7 @@ def test_canaries_stay_out_of_prefect(tmp_path, caplog):
     _plant_ehr(ehr)
     config = PipelineConfig.model_validate({
         "data": {"hdf5_path": str(path)}, "artifacts_dir": str(tmp_path / "artifacts"), "run_id": "canary",
+        "split": {"method": "stratified"},  # 160 stays: a hash split can leave the dev split without a death
         "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
         "training": {"models": ["logistic_regression"], "seeds": 1, "non_private": {"max_epochs": 2},
                      "dp_sgd": {"epochs": 1, "epsilons": [1.0]},
