@@ -23,7 +23,7 @@ def prepared(tmp_path_factory, small_extract):
     run_dir = create_run_directory.fn(PipelineConfig(artifacts_dir=tmp, run_id="r1"))
     ingest_extract.fn(str(small_extract), run_dir)
     cohort = build_cohort.fn(str(small_extract), run_dir)
-    manifest = split_cohort.fn(cohort, SplitConfig(seed=4), run_dir)
+    manifest = split_cohort.fn(cohort, SplitConfig(), run_dir)  # the fixture's seed: deaths in every split
     # the plans below are built from the exact counts, declared public (the flow releases DP counts by default)
     release_record_counts.fn(run_dir, PipelineConfig(release={"record_count": "public"}), None)
     return run_dir, cohort, manifest, build_features.fn(cohort, manifest, run_dir)
