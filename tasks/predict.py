@@ -23,6 +23,7 @@ from privehr.io.release_bundle import Bundle, read_bundle
 from privehr.models.classifiers import build_classifier, classifier_inputs
 from privehr.models.classifiers.training import predict_proba
 from privehr.models.data.hourly_features import HourlyFeaturizer
+from privehr.models.data.quarantine import mask_outside
 
 __all__ = ["score_stays", "score_stays_task", "apply_bundle"]
 
@@ -31,11 +32,9 @@ def _masked(window, featurizer: dict) -> tuple[np.ndarray, np.ndarray]:
     """The hourly means and counts as the training run saw them: values beyond the outlier bounds missing."""
     mean, count = window.mean.astype(float), window.count.astype(float)
     if featurizer["mask_beyond_outlier_bounds"]:
-        low = np.array([np.nan if v is None else v for v in featurizer["outlier_low"]])
-        high = np.array([np.nan if v is None else v for v in featurizer["outlier_high"]])
-        with np.errstate(invalid="ignore"):
-            bad = (mean < low) | (mean > high)
-        mean[bad], count[bad] = np.nan, 0
+        low, high = (np.array([np.nan if v is None else v for v in featurizer[k]]) for k in ("outlier_low",
+                                                                                           "outlier_high"))
+        mask_outside(mean, count, low, high)  # the rule the training run's cohort applied
     return mean, count
 
 

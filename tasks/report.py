@@ -223,7 +223,7 @@ def _synthesis_lines(run_dir: Path) -> str:
 
 
 @task(name="report")
-def _bundle_lines(run: RunLayout, frame: pd.DataFrame) -> str:
+def _bundle_lines(run: RunLayout, runs: list[dict]) -> str:
     """The first screen: what may leave the hospital (the bundle's card), each model's DP evaluation beside the
     exact one this internal report holds."""
     path = run.release_bundle / "card.json"
@@ -231,8 +231,7 @@ def _bundle_lines(run: RunLayout, frame: pd.DataFrame) -> str:
         return ""
     card = json.loads(path.read_text())
     p = card["privacy"]
-    exact = {f"{r.label}-{r.model}-{r.method}-{r.loss}-eps{r.target_epsilon:g}": r.auroc
-             for r in frame.itertuples() if r.seed == 0 and r.target_epsilon == r.target_epsilon}
+    exact = {row.cell_id: row.auroc for row in map(FitRow.model_validate, runs) if row.seed == 0}
     lines = [f"## Release bundle: what may leave the hospital\n\n**{p['guarantee']}.** Total over its "
              f"{p['releases']} releases: epsilon {p['epsilon_prv']:.3g} (PRV), {p['epsilon_rdp']:.3g} (RDP), "
              f"{p['epsilon_pld']:.3g} (PLD) at delta {p['delta']:.2g}. `privehr release show {run.release_bundle}` "
@@ -273,7 +272,7 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
     reliability = plot_reliability(evaluated, run.figure("calibration"))
     subgroup_figure = plot_subgroup_cost(ev.privacy_cost, run.figure("subgroup_privacy_cost"))
     table = results_table(rows)
-    markdown = (f"# privehr run {run_dir.name}\n\n{_bundle_lines(run, frame)}![AUROC vs epsilon]({figure.name})\n\n"
+    markdown = (f"# privehr run {run_dir.name}\n\n{_bundle_lines(run, runs)}![AUROC vs epsilon]({figure.name})\n\n"
                 f"## Results\n\nMedian test metrics over seeds.\n\n{table}\n\n{note}\n\n{curve_check_lines(checks)}"
                 + (f"![ExpM+NF AUROC of each draw]({boxplots.name})\n\n" if boxplots else "")
                 + evaluation_lines(ev, evaluation)

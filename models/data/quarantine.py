@@ -142,7 +142,12 @@ def join_reasons(reasons: pd.Series) -> str:
 def mask_beyond_bounds(mean: np.ndarray, count: np.ndarray, variables: list[str], bounds: dict) -> int:
     """In place: hourly means beyond each variable's outlier bounds become missing (count 0), the same
     rule as the validation's quarantine. ``mean``/``count`` are (..., variables). Returns how many."""
-    low, high = outlier_bounds(variables, bounds)
+    return mask_outside(mean, count, *outlier_bounds(variables, bounds))
+
+
+def mask_outside(mean: np.ndarray, count: np.ndarray, low: np.ndarray, high: np.ndarray) -> int:
+    """In place: hourly means below ``low`` or above ``high`` (per variable; NaN: no bound) become missing (count
+    0). Returns how many."""
     with np.errstate(invalid="ignore"):
         bad = (mean < low) | (mean > high)
     mean[bad] = np.nan
