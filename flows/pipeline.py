@@ -36,7 +36,7 @@ from privehr.tasks.run_directory import create_run_directory, run_lock
 from privehr.tasks.split import check_labels, split_cohort
 from privehr.tasks.stage_timing import StageClock
 from privehr.tasks.static_imputation import impute_static_table
-from privehr.tasks.train import fit_and_evaluate, fit_key, search_hyperparameters, trial_key
+from privehr.tasks.train import fit_and_evaluate, fit_key, search_hyperparameters, search_score_key, trial_key
 from privehr.tasks.validate import validate_delivery
 from privehr.tasks.versioning import pull_inputs, version_run
 from privehr.models.methods import grid, seeds_of
@@ -92,8 +92,9 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
         search, fit = search_hyperparameters.with_options(tags=tags), fit_and_evaluate.with_options(tags=tags)
         start = time.perf_counter()
         chosen = [search.submit(features, cell, training, config.privacy, run_dir,
-                                {k: v for k, v in reservations.items() if k.startswith(trial_key(cell, ""))},
-                                config.device) for cell in cells]
+                                {k: v for k, v in reservations.items()
+                                 if k.startswith((trial_key(cell, ""), search_score_key(cell, "")))},
+                                config.device, config.release.evaluation_bins) for cell in cells]
         runs = [fit.submit(features, cell, chosen[i], seed, training, config.privacy, run_dir,
                            reservations.get(fit_key(cell, seed)), config.device)
                 for i, cell in enumerate(cells) for seed in range(seeds_of(cell, training))]

@@ -2,7 +2,8 @@
 before any of them is trained.
 
 * ``check-privacy-budget`` (privehr-pipeline), before the hyperparameter search: the final fit of
-  every (cell, seed) and, with ``search_budget > 1``, every DP-SGD search trial.
+  every (cell, seed) and, with ``search_budget > 1``, every DP-SGD search trial (and, with ``training.tuning: dp``,
+  every trial's DP dev score: one Gaussian release each).
 * ``check-synthesis-budget`` (privehr-synthesize), before any flow: every (imputation, budget, run).
 
 Each writes ``privacy_budget.json`` (the dataset before and after, by every accountant) and returns
@@ -31,15 +32,20 @@ from privehr.io.mimic_extract import read_patients
 from privehr.tasks.synthesis import COUNT_KEY, check_imputed_targets, imputed_tables, needs_noisy_count, synthesizer_of
 from privehr.models.methods import FitSpec, create_method
 from privehr.models.privacy.release_plan import GaussianPlan, ReleasePlan, Reserved
-from privehr.tasks.train import fit_key, saved_fit, saved_search, search_configurations, trial_key
+from privehr.tasks.train import fit_key, saved_fit, saved_search, search_configurations, search_score_key, trial_key
 
 __all__ = ["check_privacy_budget", "check_synthesis_budget", "pipeline_dataset_id", "synthesis_dataset_id",
-           "reserve_planned", "check_delta", "check_ceiling", "evaluation_key", "planning_counts"]
+           "reserve_planned", "check_delta", "check_ceiling", "evaluation_key", "search_score_key", "planning_counts"]
 
 
 def evaluation_key(cell: Cell) -> str:
     """The reservation key of a bundled model's DP evaluation."""
     return f"{cell.cell_id}/dp-evaluation"
+
+
+# search_score_key(cell, k), the reservation key of trial k's DP dev score (``training.tuning: dp``), is defined
+# beside trial_key in privehr.tasks.train (which this module imports; the search task looks its reservation up)
+# and exported from here with the other reservation keys.
 
 
 def planning_counts(run_dir: str, config: PipelineConfig):
@@ -137,7 +143,10 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
     """Plan and reserve every release of the grid (search trials included); raise if the budget would be exceeded.
 
     Each plan is built here, once per release, and handed to the fit that trains by it: returns the reserved
-    releases by :func:`privehr.tasks.train.fit_key` / :func:`privehr.tasks.train.trial_key`."""
+    releases by :func:`privehr.tasks.train.fit_key` / :func:`privehr.tasks.train.trial_key` /
+    :func:`search_score_key` (a DP-SGD search with ``training.tuning: dp``: each trial's noisy dev score
+    histograms, one Gaussian mechanism at ``training.search_score_epsilon``, so the search composes with its
+    trials and the final fit and the tuned model stays DP) / :func:`evaluation_key`."""
     training, privacy = config.training, config.privacy
     counts = planning_counts(run_dir, config)
     n_train, n_fit = counts.of("train"), counts.of("train", "dev")
@@ -152,8 +161,15 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
             # the search draws no plan parameter: every trial of a cell has the same plan, built once
             trial = FitSpec(cell, defaults, training.search_seed, "search trial")
             plan = _plan(plans, method, trial, n_train)
+            scored = method.scores_search_privately()
+            if scored and "search score" not in plans:  # one Gaussian plan for every trial's DP dev score
+                plans["search score"] = GaussianPlan.for_epsilon(training.search_score_epsilon, privacy.delta)
+            kind = "reproducible" if privacy.reproducible_noise else "dp"
             for k in range(len(search_configurations(cell, training))):
                 planned[trial_key(cell, k)] = (replace(method.entry(trial, plan), what=f"search trial {k}"), plan)
+                if scored:
+                    score = plans["search score"]
+                    planned[search_score_key(cell, k)] = (score.ledger_entry(kind, f"search score {k}"), score)
         final = FitSpec(cell, chosen or defaults)
         plan = _plan(plans, method, final, n_fit)  # the seeds of a cell share one plan (equal data and settings)
         entry = method.entry(final, plan)

@@ -14,7 +14,10 @@ the spec's bounds) or the output of a DP mechanism that a budget check reserved 
 
 The rest of the run directory (exact metrics, cohort and split counts, the report) stays inside the hospital.
 Ponomareva et al. 2023 ("How to DP-fy ML", JAIR) is the checklist: preprocessing, tuning and evaluation on private
-data are part of the released procedure.
+data are part of the released procedure. A bundled model whose hyperparameters a search chose by DP dev scores
+(``training.tuning: dp``) cites its cell's every search trial and search score beside its own release, so the
+bundle's total composes the whole tuning procedure; one chosen by exact dev AUROC (``tuning: exact``) makes the
+bundle NOT DP end to end.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from privehr.io.privacy_ledger import read_ledger, record_release
 from privehr.io.release_bundle import BUNDLE_FILES, bundle_total, public_entry, render_card, write_manifest
 from privehr.models.data.hourly_profile import outlier_bounds
 from privehr.models.evaluation.dp_evaluation import metrics_from_histograms, noisy_histograms
+from privehr.models.methods import create_method
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import Reserved
 from privehr.tasks.features import load_split
@@ -99,11 +103,26 @@ def _model_file(run: RunLayout, row: FitRow, n_variables: int, n_hours: int) -> 
             "training": state["training"]}
 
 
-def _guarantee(total: dict, featurizer: str, counts: str, split: str) -> tuple[str, list[str]]:
+def _search_releases(run: RunLayout, row: FitRow) -> tuple[list[str], int]:
+    """The ledger releases of the DP search that chose ``row``'s hyperparameters (every trial, then every trial's
+    DP dev score) and the number of trials, from ``search/<cell>.json``."""
+    search = json.loads(run.search(row.cell_id).read_text())
+    trials = search["trials"]
+    releases = [t.get("release") for t in trials] + [t.get("score_release") for t in trials]
+    if search.get("tuning") != "dp" or not trials or not all(releases):
+        raise RuntimeError(f"{row.cell_id}: its search record does not name a DP search's trial and score releases")
+    return releases, len(trials)
+
+
+def _guarantee(total: dict, featurizer: str, counts: str, split: str,
+               exact_tuning: bool = False) -> tuple[str, list[str]]:
     reasons = []
     if split == "stratified":
         reasons.append("the split is label-stratified (split.method: stratified): one patient more or less moves "
                        "others between train, dev and test")
+    if exact_tuning:
+        reasons.append("the hyperparameters were chosen by the exact AUROC of private dev data among several "
+                       "(training.tuning: exact)")
     if not total["dp"]:
         reasons += [f"{n} release(s) {label}" for label, n in total["not_dp"].items()]
     if featurizer == "exact":
@@ -128,8 +147,17 @@ def _card(config: PipelineConfig, models: list[dict], counts: dict, featurizer: 
                    "other releases from the same dataset (other grid cells, earlier runs): the hospital's privacy "
                    "ledger composes them all",
                    "the choice of cohort rules, variables, window and settings, which are public by assumption"]
-    if config.training.search_budget > 1:
-        not_covered.append("hyperparameters were searched on private dev data (training.search_budget > 1)")
+    tuned = [m for m in models if m["tuning"]["method"] == "dp"]
+    if tuned:
+        covers.append(
+            "the choice of hyperparameters of " + ", ".join(m["cell_id"] for m in tuned) + ": chosen among "
+            + ", ".join(sorted({str(m["tuning"]["trials"]) for m in tuned})) + " configurations trained by DP-SGD on "
+            "the train split, by DP dev scores (the AUROC of noisy per-class dev score histograms, epsilon "
+            f"{config.training.search_score_epsilon:g} each; training.tuning: dp); every trial and every score is "
+            "a release of this bundle, in its total")
+    if config.training.search_budget > 1 and config.training.tuning == "exact":
+        not_covered.append("hyperparameters were searched on private dev data by exact dev AUROC "
+                           "(training.search_budget > 1, training.tuning: exact)")
     return {"title": ", ".join(m["cell_id"] for m in models), "privacy": {
                 "guarantee": guarantee, "releases": total["releases"], "delta": total["delta"],
                 "epsilon_prv": total["epsilon_prv"], "epsilon_rdp": total["epsilon_rdp"],
@@ -183,14 +211,20 @@ def write_release_bundle(run_dir: str, rows: list[dict], config: PipelineConfig,
         model_file = _model_file(run, row, n_variables, n_hours)
         torch.save(model_file, out / path)
         evaluation = evaluations[row.cell_id]
-        sources[path] = {"source": "dp" if row.guarantee == "DP" else row.guarantee, "releases": [row.release]}
-        cited |= {row.release, evaluation["release"]}
+        searched, trials = [], 0
+        if create_method(row.method, config.training, config.privacy).scores_search_privately():
+            searched, trials = _search_releases(run, row)  # the tuning is part of the model's release
+        tuning = {"method": "dp" if searched else ("exact" if config.training.search_budget > 1 else "none"),
+                  "trials": trials if searched else config.training.search_budget}
+        sources[path] = {"source": "dp" if row.guarantee == "DP" else row.guarantee,
+                         "releases": [row.release, *searched]}
+        cited |= {row.release, evaluation["release"], *searched}
         plan = {k: getattr(row, k) for k in ("noise_multiplier", "sample_rate", "steps")}
         plan |= {"max_grad_norm": model_file["hyperparameters"].get("max_grad_norm"),
                  "epsilon": row.epsilon_prv if row.epsilon_prv is not None else row.epsilon_rdp}
         models.append({"cell_id": row.cell_id, "file": path, "label": row.label,
                        "label_definition": LABEL_DEFINITIONS[row.label], "model": row.model, "loss": row.loss,
-                       "target_epsilon": row.target_epsilon, "release": row.release, "plan": plan,
+                       "target_epsilon": row.target_epsilon, "release": row.release, "plan": plan, "tuning": tuning,
                        "evaluation": evaluation["metrics"], "evaluation_release": evaluation["release"]})
     (out / "featurizer.json").write_text(strict_dumps(featurizer, indent=1))
     (out / "counts.json").write_text(strict_dumps(counts, indent=1))
@@ -201,7 +235,8 @@ def write_release_bundle(run_dir: str, rows: list[dict], config: PipelineConfig,
     sources["evaluation.json"] = {"source": "dp", "releases": evaluation_releases}
     entries = [e for e in read_ledger(config.privacy.ledger_path) if e.release in cited]
     total = bundle_total([public_entry(e) for e in entries], config.privacy.delta)
-    guarantee, _ = _guarantee(total, featurizer["source"], counts["source"], config.split.method)
+    exact_tuning = any(m["tuning"]["method"] == "exact" for m in models)
+    guarantee, _ = _guarantee(total, featurizer["source"], counts["source"], config.split.method, exact_tuning)
     card = _card(config, models, counts, featurizer, total, guarantee)
     (out / "card.json").write_text(strict_dumps(card, indent=1))
     (out / "card.md").write_text(render_card(card))

@@ -9,6 +9,25 @@ dev and record the best epoch). Final fits: the chosen configuration on train+de
 test (Bridges et al. 2023, Appendix D). Every task writes its files into the run directory and returns only
 aggregate numbers.
 
+DP hyperparameter selection (``training.tuning: dp``, the default, for DP-SGD cells with ``search_budget > 1``):
+each trial's dev AUROC is read off a DP release, its dev scores' per-class histograms with Gaussian noise
+(:func:`privehr.models.evaluation.dp_evaluation.noisy_histograms`, ``search_score_epsilon`` each, recorded in the
+ledger before the score is used), and the search takes the argmax of those noisy AUROCs. The K trials (DP-SGD on
+train), their K scores (Gaussian on dev) and the final fit (DP-SGD on train+dev) are all reserved at the budget
+check and composed in the ledger, so the tuned model is DP by composition: the chosen configuration is
+post-processing of 2K DP releases. This follows the "tuning is part of the released procedure" rule of Ponomareva
+et al. (2023), "How to DP-fy ML: A Practical Guide to Machine Learning with Differential Privacy", JAIR.
+
+The composition bound is looser than the random-repetition bounds for private selection: Liu and Talwar (2019),
+"Private Selection from Private Candidates", STOC, and Papernot and Steinke (2022), "Hyperparameter Tuning with
+Renyi Differential Privacy", ICLR, show that running each candidate a random (geometric, Poisson, truncated
+negative binomial) number of times and releasing only the best costs a small constant multiple of one candidate's
+privacy loss, where composition pays for all K candidates. privehr uses composition anyway: every piece is a
+Gaussian-type ledger entry that PRV, RDP and PLD compose exactly with the dataset's other releases, whereas the
+random-repetition bounds exist only as RDP bounds (dp_accounting's ``RepeatAndSelectDpEvent`` is supported by its
+RDP accountant alone), and they need the number of trials itself to be random. ``bench/dp_tuning.py`` prints what
+Papernot and Steinke's Poisson bound would cost beside the composition.
+
 Privacy: a DP-SGD fit (final or search trial) trains by the :class:`~privehr.models.privacy.release_plan.ReleasePlan`
 that the budget check built and reserved (the same object: a plan is built once per release) with noise from
 ``NoiseSource.for_release``, and enters the ledger as soon as it is trained, before its model is written
@@ -37,6 +56,7 @@ from privehr.io.privacy_ledger import record_release
 from privehr.models.classifiers import classifier_inputs
 from privehr.models.device import resolve_device
 from privehr.models.classifiers.hyperparameter_search import sample_configurations
+from privehr.models.evaluation.dp_evaluation import metrics_from_histograms, noisy_histograms
 from privehr.models.methods import CellData, FitSpec, TrainingMethod, create_method
 from privehr.models.privacy.ledger import guarantee_label
 from privehr.models.privacy.randomness import NoiseSource
@@ -49,7 +69,11 @@ from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
 
 __all__ = ["search_hyperparameters", "fit_and_evaluate", "search_configurations", "saved_search", "saved_fit",
-           "fit_key", "trial_key"]
+           "fit_key", "trial_key", "search_score_key", "SCORE_RESAMPLES"]
+
+#: interval resamples of a trial's DP dev score: the search reads the point estimate alone (1 is the least
+#: metrics_from_histograms takes; the resampling is public post-processing)
+SCORE_RESAMPLES = 1
 
 
 def fit_key(cell: Cell, seed: int) -> str:
@@ -58,6 +82,11 @@ def fit_key(cell: Cell, seed: int) -> str:
 
 def trial_key(cell: Cell, trial: int) -> str:
     return f"{cell.cell_id}/trial{trial}"
+
+
+def search_score_key(cell: Cell, trial: int) -> str:
+    """The reservation key of search trial ``trial``'s DP dev score (``training.tuning: dp``)."""
+    return f"{cell.cell_id}/search-score{trial}"
 
 
 def _data(features_dir: str, splits: list[str], cell: Cell, device) -> CellData:
@@ -132,12 +161,47 @@ def saved_fit(run_dir: str, cell: Cell, hyperparameters: dict, seed: int, traini
     return None if row is None else FitRow.model_validate(row).model_dump(exclude_unset=True)
 
 
+def _dp_score(method: TrainingMethod, release, held_out: CellData, cell: Cell, k: int, training: TrainingConfig,
+              privacy: PrivacyConfig, reserved: Reserved | None, bins: int | None) -> dict:
+    """Trial ``k``'s DP dev score: its dev scores' noisy per-class histograms (the Gaussian mechanism the budget
+    check reserved), entered in the ledger before the score is used, and the AUROC read off them. The exact dev
+    AUROC is kept beside it (internal, never used for the choice)."""
+    if reserved is None:
+        raise RuntimeError(f"{cell.cell_id} search trial {k}: no reservation for its DP dev score")
+    if bins is None:
+        raise ValueError(f"{cell.cell_id}: a DP search score needs the score bins (release.evaluation_bins)")
+    evaluation = method.evaluate(release, held_out.inputs, held_out.y)
+    noise = NoiseSource.for_release(privacy.reproducible_noise, cell.cell_id, f"search score {k}", training.search_seed)
+    histograms = noisy_histograms(evaluation.probabilities, held_out.y.cpu().numpy().astype(int), bins,
+                                  reserved.plan.noise_multiplier, noise.numpy_generator("search score"))
+    entry = reserved.plan.ledger_entry(noise.guarantee, f"search score {k}")
+    score_release = record_release(privacy.ledger_path, reserved.reservation, entry).release  # before any use
+    noisy = metrics_from_histograms(histograms, resamples=SCORE_RESAMPLES).auroc
+    return {"noisy_dev_auroc": noisy, "score_release": score_release,
+            "exact_dev_auroc_unused": evaluation.metrics["auroc"]}
+
+
+def _search_note(tuning: str) -> str:
+    return {"dp": "chosen by DP dev AUROC alone: each trial's dev scores were released as noisy per-class histograms "
+                  "(Gaussian, training.search_score_epsilon each) and recorded in the ledger before use; the trials, "
+                  "their scores and the final fit compose in the ledger, so a DP-SGD fit of these hyperparameters is "
+                  "DP. exact_dev_auroc_unused is the exact dev AUROC, internal and not used for the choice",
+            "exact": "tuned on private dev data by exact dev AUROC: a DP-SGD fit of these hyperparameters is "
+                     "recorded as not DP when more than one was tried (training.tuning: exact); other methods carry "
+                     "no guarantee anyway",
+            "none": "no search: the configuration's defaults"}[tuning]
+
+
 @task(name="search-hyperparameters")
 def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConfig, privacy: PrivacyConfig,
-                           run_dir: str, reserved: dict[str, Reserved], device: str = "auto") -> dict:
+                           run_dir: str, reserved: dict[str, Reserved], device: str = "auto",
+                           score_bins: int | None = None) -> dict:
     """Try ``training.search_budget`` configurations on train/dev; write ``search/<cell>.json``; return the best.
 
-    Each DP-SGD trial is a release on the training split, trained by its reserved plan and recorded."""
+    Each DP-SGD trial is a release on the training split, trained by its reserved plan and recorded. With
+    ``training.tuning: dp`` each DP-SGD trial is scored by a DP release too (noisy dev score histograms in
+    ``score_bins`` bins, the pipeline's ``release.evaluation_bins``), and the choice reads those noisy AUROCs only;
+    otherwise by the exact dev AUROC."""
     out = _search_path(run_dir, cell)
     key = _result_key(run_dir, cell.model_dump(), training.model_dump())
     if (chosen := _reuse(out, key, "chosen")) is not None:
@@ -148,27 +212,38 @@ def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConf
     method = _method(cell, training, privacy)
     configs = search_configurations(cell, training)
     trials = []
+    privately = method.scores_search_privately()
     if len(configs) == 1 and method.fixed_without_search:
         chosen = configs[0]  # nothing to choose: a fixed, accounted number of epochs (DP-SGD) or steps (ExpM+NF)
+        tuning = "none"
     else:
+        tuning = "dp" if privately else "exact"
         held_out = _data(features_dir, ["dev"], cell, dev)
-        train = replace(_data(features_dir, ["train"], cell, dev), dev=(held_out.inputs, held_out.y))
+        train = _data(features_dir, ["train"], cell, dev)
+        if not privately:  # a DP-scored trial never sees dev during its fit: its only dev read is the DP score
+            train = replace(train, dev=(held_out.inputs, held_out.y))
         for k, hp in enumerate(configs):
             spec = FitSpec(cell, hp, training.search_seed, f"search trial {k}")
             release = _fit(method, spec, train, reserved.get(trial_key(cell, k)), privacy)
             info = release.info_
-            score = info["dev_auroc"] if "dev_auroc" in info else \
-                method.evaluate(release, held_out.inputs, held_out.y).metrics["auroc"]
-            trials.append({"hyperparameters": hp, "dev_auroc": score, "epochs": info["epochs"]})
-        scores = [t["dev_auroc"] if np.isfinite(t["dev_auroc"]) else -np.inf for t in trials]
+            trial = {"hyperparameters": hp, "epochs": info["epochs"], "release": release.ledger_id}
+            if privately:
+                trial |= _dp_score(method, release, held_out, cell, k, training, privacy,
+                                   reserved.get(search_score_key(cell, k)), score_bins)
+            else:
+                trial["dev_auroc"] = info["dev_auroc"] if "dev_auroc" in info else \
+                    method.evaluate(release, held_out.inputs, held_out.y).metrics["auroc"]
+            trials.append(trial)
+        criterion = "noisy_dev_auroc" if privately else "dev_auroc"
+        scores = [t[criterion] if np.isfinite(t[criterion]) else -np.inf for t in trials]
         best = trials[int(np.argmax(scores))]
         chosen = method.chosen(best["hyperparameters"], best["epochs"])
     out.parent.mkdir(exist_ok=True)
     out.write_text(strict_dumps({"key": key, "cell": cell.model_dump(), "budget": training.search_budget,
-                                 "trials": trials, "chosen": chosen,
-                                 "note": "tuned on private dev data: a DP-SGD fit of these hyperparameters is "
-                                         "recorded as not DP when more than one was tried"}, indent=1))
-    run_logger().info("search %s: %d configuration(s) trained, chose %s", cell.cell_id, len(trials), chosen)
+                                 "tuning": tuning, "trials": trials, "chosen": chosen, "note": _search_note(tuning)},
+                                indent=1))
+    run_logger().info("search %s: %d configuration(s) trained, chose %s (%s)", cell.cell_id, len(trials), chosen,
+                      {"dp": "by DP dev scores", "exact": "by exact dev AUROC", "none": "defaults"}[tuning])
     return chosen
 
 

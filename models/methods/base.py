@@ -158,6 +158,12 @@ class TrainingMethod(ABC):
         """Whether each search trial is a release of its own (reserved and recorded like a final fit)."""
         return False
 
+    def scores_search_privately(self) -> bool:
+        """Whether its search scores each trial on dev by a DP mechanism (one Gaussian release per trial, reserved
+        and recorded like the trial), so that the chosen configuration's final fit stays DP; else the search
+        chooses by the exact dev AUROC."""
+        return False
+
     def plan(self, spec: FitSpec, n: int) -> ReleasePlan | None:
         """The release's plan on ``n`` records (sigma, q, T and their epsilons), built once, before any training;
         None for a release without a DP mechanism."""

@@ -38,14 +38,19 @@ class DPSGD(ClassifierMethod):
         return hp
 
     def guarantee(self, what: str = "final fit") -> str:
-        """DP unless its noise is reproducible or (a final fit) its hyperparameters were chosen by dev AUROC
-        among several (a non-DP use of the dev patients)."""
+        """DP unless its noise is reproducible or (a final fit) its hyperparameters were chosen by exact dev AUROC
+        among several (``training.tuning: exact``, a non-DP use of the dev patients). Chosen by DP dev scores
+        (``tuning: dp``), the final fit is DP: the trials, their noisy scores and the fit compose in the ledger."""
         if self.privacy.reproducible_noise:
             return "reproducible"
-        return "tuned" if what == "final fit" and self.training.search_budget > 1 else "dp"
+        return "tuned" if what == "final fit" and self.training.search_budget > 1 \
+            and self.training.tuning == "exact" else "dp"
 
     def reserves_search_trials(self) -> bool:
         return self.training.search_budget > 1
+
+    def scores_search_privately(self) -> bool:
+        return self.training.search_budget > 1 and self.training.tuning == "dp"
 
     def plan(self, spec, n) -> ReleasePlan:
         """``epochs`` passes over ``n`` records at the cell's target epsilon."""

@@ -350,7 +350,9 @@ def reserve(ledger: Ledger, dataset: str, run_id: str, planned: dict[str, Ledger
         if resume:  # this run's reservations that no release settled: its crashed attempt never trained them
             pending = {e.release for e in effective_entries(mine) if e.status == "reserved" and e.run_id == run_id}
             voids = [LedgerEntry(dataset, release_id(run_id, "void"), e.mechanism, status="void", reservation=e.release,
-                                 run_id=run_id, guarantee=e.guarantee, what=f"void: {e.what}", created_utc=_now())
+                                 run_id=run_id, guarantee=e.guarantee, what=f"void: {e.what}", created_utc=_now(),
+                                 # a gaussian entry is one full-batch step, its void included
+                                 **({"sample_rate": 1.0, "steps": 1} if e.mechanism == "gaussian" else {}))
                      for e in mine if e.release in pending]
         reservations = {key: LedgerEntry(**{**e.as_dict(), "dataset": dataset, "release": release_id(run_id, key),
                                             "status": "reserved", "run_id": run_id, "created_utc": _now()})

@@ -131,16 +131,33 @@ def verify_bundle(bundle: str | Path, ledger: list[LedgerEntry] | None = None) -
             "releases": len(listed), "total": stated}
 
 
+def _tuning_problems(path: str, entries: list[dict]) -> list[str]:
+    """A DP model file cites its final fit alone, or (tuned by DP dev scores) its final fit, its search's K >= 2
+    trials and their K scores: search trial 0..K-1 (DP-SGD) and search score 0..K-1 (Gaussian)."""
+    whats = sorted((str(e.get("mechanism")), str(e.get("what"))) for e in entries)
+    trials = sum(w.startswith("search trial ") for _, w in whats)
+    expected = [("dp_sgd", "final fit")]
+    if trials:
+        expected += [(m, f"search {kind} {k}") for m, kind in (("dp_sgd", "trial"), ("gaussian", "score"))
+                     for k in range(trials)]
+    if whats != sorted(expected) or trials == 1:
+        return [f"{path}: a DP model needs its final fit (DP-SGD), and, if tuned, every search trial (DP-SGD) with its "
+                f"DP score (Gaussian); it cites {[f'{m} {w}' for m, w in whats]}"]
+    return []
+
+
 def _source_problems(files: dict, listed: dict, delta) -> list[str]:
-    """Each file cites the releases its source needs: a DP model its DP-SGD release, a DP featurizer its Gaussian
-    release, DP counts their count release, the evaluation one Gaussian release per model; every Gaussian or DP-SGD
-    release at the manifest's delta."""
+    """Each file cites the releases its source needs: a DP model its DP-SGD release (and, tuned by DP dev scores,
+    its search's trials and scores), a DP featurizer its Gaussian release, DP counts their count release, the
+    evaluation one Gaussian release per model; every Gaussian or DP-SGD release at the manifest's delta."""
     problems = []
     models = [p for p in files if p.startswith("models/")]
     for path, about in files.items():
         mechanisms = [listed[r]["mechanism"] for r in about.get("releases", []) if r in listed]
         if path in models:
-            expected = ("dp_sgd", 1, 1) if about.get("source") == "dp" else None
+            if about.get("source") == "dp":
+                problems += _tuning_problems(path, [listed[r] for r in about.get("releases", []) if r in listed])
+            continue
         elif path in _SOURCES and about.get("source") in ("dp", "reproducible"):
             mechanism, least, most = _SOURCES[path]
             expected = (mechanism, len(models) if path == "evaluation.json" else least,

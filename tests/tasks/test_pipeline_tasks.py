@@ -61,7 +61,7 @@ def test_search_then_fit_for_each_method(prepared, model, tmp_path, small_extrac
     run_dir, _, _, features_dir = prepared
     config = PipelineConfig.model_validate({
         "data": {"hdf5_path": str(small_extract)}, "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")}, "training": {
-        "search_budget": 2, "non_private": {"max_epochs": 4, "patience": 2},
+        "search_budget": 2, "tuning": "exact", "non_private": {"max_epochs": 4, "patience": 2},
         "dp_sgd": {"epochs": 2, "epsilons": [1.0]}, "grud": {"hidden_size": 8}}})
     training = config.training
     cells = [Cell(label="mort_icu", model=model, method=method, loss="l2", target_epsilon=eps)

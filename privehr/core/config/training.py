@@ -139,6 +139,15 @@ class TrainingConfig(_Strict):
     seeds: int = Field(3, ge=1, description="final fits per cell; results are medians over seeds")
     search_budget: int = Field(1, ge=1, description="random configurations tried on train/dev (1 = defaults)")
     search_seed: int = 0
+    tuning: Literal["dp", "exact"] = Field(
+        "dp", description="how a search with search_budget > 1 chooses among DP-SGD trials: dp = each trial's dev "
+                          "AUROC from a DP mechanism (noisy per-class score histograms on dev, search_score_epsilon "
+                          "each), composed with the trials and the final fit in the ledger, so the tuned model is "
+                          "DP; exact = exact dev AUROC, the tuned model is recorded as not DP. Non-private and "
+                          "ExpM+NF cells choose by exact dev AUROC either way (they carry no guarantee)")
+    search_score_epsilon: PositiveFloat = Field(
+        0.5, description="tuning: dp's (epsilon, privacy.delta) of each trial's noisy dev score histograms "
+                         "(release.evaluation_bins bins)")
     non_private: NonPrivateConfig = NonPrivateConfig()
     dp_sgd: DPSGDConfig = DPSGDConfig()
     expm_nf: ExpMNFConfig = ExpMNFConfig()

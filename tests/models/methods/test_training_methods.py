@@ -61,13 +61,18 @@ def test_the_profiles_grids(profile):
                                                                        + expm * (t.expm_nf.seeds or t.seeds))
 
 
-@pytest.mark.parametrize("reproducible,budget,what,expected", [
-    (False, 1, "final fit", "dp"), (False, 4, "final fit", "tuned"), (False, 4, "search trial 2", "dp"),
-    (True, 1, "final fit", "reproducible")])
-def test_dp_sgd_guarantees(reproducible, budget, what, expected):
-    privacy, training = PrivacyConfig(reproducible_noise=reproducible), TrainingConfig(search_budget=budget)
+@pytest.mark.parametrize("reproducible,budget,tuning,what,expected", [
+    (False, 1, "dp", "final fit", "dp"), (False, 1, "exact", "final fit", "dp"),
+    (False, 4, "exact", "final fit", "tuned"), (False, 4, "dp", "final fit", "dp"),
+    (False, 4, "exact", "search trial 2", "dp"), (False, 4, "dp", "search trial 2", "dp"),
+    (True, 1, "dp", "final fit", "reproducible"), (True, 4, "dp", "final fit", "reproducible")])
+def test_dp_sgd_guarantees(reproducible, budget, tuning, what, expected):
+    privacy = PrivacyConfig(reproducible_noise=reproducible)
+    training = TrainingConfig(search_budget=budget, tuning=tuning)
     assert create_method("dp_sgd", training, privacy).guarantee(what) == expected
     assert create_method("dp_sgd", training, privacy).reserves_search_trials() == (budget > 1)
+    assert create_method("dp_sgd", training, privacy).scores_search_privately() == (budget > 1 and tuning == "dp")
+    assert not create_method("non_private", training, privacy).scores_search_privately()
     assert create_method("non_private", training, privacy).guarantee(what) == "non_private"
     assert create_method("expm_nf", training, privacy).guarantee(what) == "unproven"
 
