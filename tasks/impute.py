@@ -1,4 +1,5 @@
-"""Impute a small EHR table with MICE: split by patient first, fit on training patients only.
+"""Impute a small EHR table with MICE: split by patient first (a hash of each patient alone), fit on training
+patients only.
 
 Writes ``intermediate/imputed/{train,test}_<i>.csv`` (the m completed datasets, with the spec's derived
 columns, e.g. mean PAP and the hypertension label) and ``imputation.json`` (decisions, iterations,
@@ -16,7 +17,7 @@ from prefect import task
 
 from privehr.models.synthesis.derived_columns import add_derived
 from privehr.models.data.mice import MICEImputer
-from privehr.models.data.patient_split import split_subjects
+from privehr.models.data.patient_split import hash_split
 from privehr.models.inference.rubins_rules import pool
 from privehr.core.config import EHRPrepareConfig
 from privehr.core.run_layout import RunLayout
@@ -48,15 +49,28 @@ def _whole_numbers(part: pd.DataFrame, columns: list[str], bounds: dict) -> pd.D
     return part
 
 
+def _split_keys(frame: pd.DataFrame, spec) -> pd.Series:
+    """What each patient's split is a hash of: the id column's value, or, in a table without one (whose row numbers
+    shift when a row is removed), the record's own values. Either way one patient's split depends on that patient
+    alone, so adding or removing a patient moves no one else between train and test."""
+    if spec.id_column:
+        return pd.Series(frame.index.astype(str), index=frame.index)
+    return pd.util.hash_pandas_object(frame, index=False).astype(str)  # a function of the row's values alone
+
+
 @task(name="impute")
 def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
     """Split the table's patients, run MICE fitted on the training patients; return imputation.json's path."""
     spec = load_ehr_spec(config.spec)
     table = read_ehr_table(config.path, spec)
     frame = table.frame
-    patients = pd.DataFrame({"subject_id": frame.index.to_numpy()})
-    split = split_subjects(patients, [], (1 - config.test_fraction, 0.0, config.test_fraction), config.split_seed)
+    split = hash_split(_split_keys(frame, spec), (1 - config.test_fraction, 0.0, config.test_fraction),
+                       config.split_seed)
     train, test = frame[(split == "train").to_numpy()], frame[(split == "test").to_numpy()]
+    run = RunLayout(run_dir)
+    run.split_tables.mkdir(parents=True, exist_ok=True)
+    for name, part in (("train", train), ("test", test)):  # as delivered: synthesis.missing: in_release reads them
+        part.to_csv(run.split_tables / f"{name}.csv")
     train, dropped, rule = drop_by_missingness(train, spec, table.decisions["records_read"])  # training patients only
     check_derived_sources(spec, dropped, "of the training patients")
     test, frame = test[train.columns], frame[train.columns]
@@ -68,7 +82,6 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
     mice = config.mice
     imputer = MICEImputer(m=mice.m, max_iter=mice.max_iter, seed=mice.seed, bounds=bounds, trace=mice.trace)
     imputed = {"train": imputer.fit_transform(train), "test": imputer.transform(test)}  # fitted on train only
-    run = RunLayout(run_dir)
     out = run.imputed
     out.mkdir(parents=True, exist_ok=True)
     completed = {"train": [], "test": []}

@@ -67,6 +67,9 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     """Score every stay of a MIMIC-Extract file with at least the window's hours; write ``out_path`` (CSV) and
     return a summary of counts (no patient-level value)."""
     bundle = read_bundle(bundle_path)
+    if bundle.featurizer is None:
+        raise InputError(f"release bundle {bundle.path} holds synthetic tables (a privehr-synthesize run), no model "
+                         "to score stays with; give the release/ folder of a privehr-pipeline run")
     out_path, data_path = Path(out_path), Path(data_path)
     if out_path.resolve() == data_path.resolve():
         raise InputError(f"--out {out_path} is the input file; name another file for the scores")

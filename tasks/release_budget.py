@@ -29,7 +29,7 @@ from privehr.io.privacy_ledger import BudgetExceeded, Ledger, reserve
 from privehr.tasks.run_directory import ledger_run, read_summary
 from privehr.tasks.run_logging import run_logger
 from privehr.io.mimic_extract import read_patients
-from privehr.tasks.synthesis import COUNT_KEY, check_imputed_targets, imputed_tables, needs_noisy_count, synthesizer_of
+from privehr.tasks.synthesis import check_imputed_targets, imputed_tables, planning_count, synthesizer_of
 from privehr.models.methods import FitSpec, create_method
 from privehr.models.privacy.release_plan import GaussianPlan, ReleasePlan, Reserved
 from privehr.tasks.train import fit_key, saved_fit, saved_search, search_configurations, search_score_key, trial_key
@@ -202,11 +202,11 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
 
 @task(name="check-synthesis-budget")
 def check_synthesis_budget(run_dir: str, config: SynthesisConfig) -> dict[str, Reserved]:
-    """Plan and reserve this run's releases (flows, baselines, the noisy count) before any is trained; raise if over
-    budget. Each flow's plan is built here, once, and handed to the fit that trains by it."""
+    """Plan and reserve this run's releases (flows, baselines) before any is trained; raise if over budget. Each
+    flow's plan is built here, once, from the released patient count, and handed to the fit that trains by it."""
     run = RunLayout(run_dir)
     check_imputed_targets(run_dir, config)  # a target with one class: refused before anything is reserved
-    n = read_summary(run_dir, "imputation").patients["train"]
+    n = planning_count(run_dir, config, load_ehr_spec(config.spec))  # the noisy count, released before this check
     check_delta(config.privacy.delta, n)
     kind = "reproducible" if config.privacy.reproducible_noise else "dp"
     planned: dict[str, tuple[LedgerEntry, ReleasePlan | None]] = {}
@@ -220,9 +220,6 @@ def check_synthesis_budget(run_dir: str, config: SynthesisConfig) -> dict[str, R
             plans[key] = synthesizer.plan(job, n)
         plan = plans[key]
         planned[job["job_id"]] = (synthesizer.entry(job, plan, kind), plan)
-    if needs_noisy_count(config, load_ehr_spec(config.spec)) and not run.released_count.exists():
-        planned[COUNT_KEY] = (LedgerEntry("", "", "dp", config.count_epsilon, guarantee=kind, what="patient count"),
-                              None)
     reservations = reserve_planned(run_dir, synthesis_dataset_id(run_dir, config), config,
                                    {k: e for k, (e, _) in planned.items()}, "synthesis release(s)")
     return {k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}

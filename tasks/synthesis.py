@@ -9,10 +9,14 @@ Layout in the run directory (``job`` = ``imp<i>-<budget>-run<r>``):
   reproducible noise), the scaling and whether the guarantee covers it, the files; no count of
   private patients unless the spec declares it public. The flow enters the privacy ledger as soon as
   it is trained, under the reservation of the budget check, before it is saved anywhere;
-* ``synthetic/<job>-r<k>[-truncated].csv``: synthetic tables of DP flows whose scaling is
-  data-independent (post-processing of a DP release: releasable);
+* ``synthetic/<job>-r<k>-{raw,truncated,missing}.csv``: synthetic tables of DP releases whose scaling is
+  data-independent and whose missing values were learned inside the release (``synthesis.missing: in_release``;
+  post-processing of a DP release: releasable). ``raw`` is the synthesizer's output in frame units (untruncated),
+  ``truncated`` the table decoded to the spec's types and bounds, ``missing`` the decoded table with its missing
+  values; raw and truncated are completed by MICE fitted on the synthetic table itself;
 * ``intermediate/flows/<job>.pt`` (and the loss curve), and ``intermediate/synthetic/`` for the
-  tables of non-private flows (they can memorise patients) or of flows scaled by training statistics.
+  tables of non-private flows (they can memorise patients), of flows scaled by training statistics, and of
+  releases trained on MICE imputations (``synthesis.missing: mice_first``: not DP end to end).
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from privehr.core.strict_json import strict_dumps
 from privehr.io.ehr_table import read_ehr_table
 from privehr.io.privacy_ledger import Ledger, record_release
 from privehr.models.synthesis.codec import TableCodec
+from privehr.models.data.mice import MICEImputer
 from privehr.models.synthesis.derived_columns import add_derived
+from privehr.models.synthesis.missingness import indicator_names, missingness_spec, restore_missing, with_indicators
 from privehr.models.synthesis.marginal import marginal_available
 from privehr.models.privacy.noisy_count import noisy_count
 from privehr.models.privacy.ledger import LedgerEntry, guarantee_label
@@ -46,7 +52,8 @@ from privehr.tasks.progress import progress_artifact
 from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
 
-__all__ = ["synthesize", "imputed_tables", "release_patient_count", "synthetic_rows", "COUNT_KEY",
+__all__ = ["synthesize", "imputed_tables", "delivered_tables", "release_patient_count", "synthetic_rows", "COUNT_KEY",
+           "planning_count",
            "needs_noisy_count", "check_synthesis_inputs", "check_imputed_targets", "check_synthesis_table",
            "synthesizer_of"]
 
@@ -67,8 +74,20 @@ def _seed(job: dict) -> int:
 
 
 def needs_noisy_count(config: SynthesisConfig, spec) -> bool:
-    """Tables are sized by a noisy count unless rows is set or the spec declares the count public."""
-    return config.rows is None and not spec.public_patient_count
+    """Whether the run releases noisy patient counts: unless the spec declares the count public, whenever a DP
+    release is planned (its q and its gradient's normalisation are built from the training count) or the tables
+    are sized by the count (``rows`` unset)."""
+    return not spec.public_patient_count and (config.rows is None or any(
+        b.kind != "non_private" for b in config.budgets()))
+
+
+def planning_count(run_dir: str | Path, config: SynthesisConfig, spec) -> int:
+    """The training patients every DP plan of the run is built from: the released noisy count, or the exact one
+    where the spec declares the patient count public (``public_patient_count``: its split's counts are then public
+    too, and the release records say so)."""
+    if not needs_noisy_count(config, spec):
+        return read_summary(run_dir, "imputation").patients["train"]
+    return read_summary(run_dir, "released_count").train
 
 
 def synthetic_rows(run_dir: str | Path, config: SynthesisConfig, spec, summary: ImputationSummary) -> int:
@@ -82,22 +101,34 @@ def synthetic_rows(run_dir: str | Path, config: SynthesisConfig, spec, summary: 
 
 
 @task(name="release-patient-count")
-def release_patient_count(run_dir: str, config: SynthesisConfig, reserved: Reserved | None) -> int | None:
-    """Release the table's patient count with epsilon-DP noise (two-sided geometric) when the tables need it."""
+def release_patient_count(run_dir: str, config: SynthesisConfig) -> int | None:
+    """Reserve, then release, the training and held-out patient counts with epsilon-DP noise (two-sided geometric at
+    ``count_epsilon``; each patient is in one split, so the two together are ``count_epsilon``-DP by parallel
+    composition) before any plan is built: the plans and the tables' size are built from them. Returns the noisy
+    total (None where the spec declares the count public, or nothing needs it)."""
+    from privehr.tasks.release_budget import reserve_planned, synthesis_dataset_id  # it imports this module
+
     spec = load_ehr_spec(config.spec)
-    out = RunLayout(run_dir).released_count
-    if not needs_noisy_count(config, spec) or out.exists():
+    run = RunLayout(run_dir)
+    out = run.released_count
+    check_imputed_targets(run_dir, config)  # a target with one class: refused before anything is reserved
+    if not needs_noisy_count(config, spec):
         return None
-    summary = read_summary(run_dir, "imputation")
+    if config.resume and out.exists():  # released (and recorded) by an earlier attempt
+        return read_summary(run_dir, "released_count").count
     noise = NoiseSource.for_release(config.privacy.reproducible_noise, COUNT_KEY)
-    count = noisy_count(summary.patients["train"] + summary.patients["test"], config.count_epsilon,
-                        noise.numpy_generator("count"))
-    record_release(config.privacy.ledger_path, reserved.reservation, LedgerEntry(
-        "", "", "dp", config.count_epsilon, guarantee=noise.guarantee, what="patient count"))
-    out.write_text(json.dumps({"count": count, "epsilon": config.count_epsilon, "mechanism": "two-sided geometric",
-                               "guarantee": noise.label}))
-    run_logger().info("released the patient count with noise (epsilon %g)", config.count_epsilon)
-    return count
+    entry = LedgerEntry("", "", "dp", config.count_epsilon, guarantee=noise.guarantee, what="patient count")
+    reserved = reserve_planned(run_dir, synthesis_dataset_id(run_dir, config), config, {COUNT_KEY: entry},
+                               "patient count", out=run.preprocessing_budget)[COUNT_KEY]
+    exact = read_summary(run_dir, "imputation").patients
+    rng = noise.numpy_generator("count")
+    train, test = (noisy_count(exact[part], config.count_epsilon, rng, minimum=1) for part in ("train", "test"))
+    release = record_release(config.privacy.ledger_path, reserved, entry).release
+    out.write_text(json.dumps({"count": train + test, "train": train, "test": test, "epsilon": config.count_epsilon,
+                               "mechanism": "two-sided geometric, per split", "guarantee": noise.label,
+                               "release": release}))
+    run_logger().info("released the patient counts with noise (epsilon %g)", config.count_epsilon)
+    return train + test
 
 
 def check_synthesis_inputs(config: SynthesisConfig) -> None:
@@ -156,16 +187,63 @@ def check_imputed_targets(run_dir: str | Path, config: SynthesisConfig) -> None:
                                  f"scored; nothing was spent. {fix}")
 
 
-def _decoded_tables(raw: pd.DataFrame, codec: TableCodec) -> tuple[pd.DataFrame, pd.DataFrame, int]:
-    """(raw table without non-finite rows, the table decoded to the spec's types with categories, rows dropped)."""
+def _finite(raw: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """(raw table without its non-finite rows, rows dropped)."""
     finite = np.isfinite(raw.to_numpy(float)).all(axis=1)
-    raw = raw[finite].reset_index(drop=True)
-    return raw, codec.labels(codec.decode(raw)), int((~finite).sum())
+    return raw[finite].reset_index(drop=True), int((~finite).sum())
+
+
+def delivered_tables(run_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(train, test) patients of the split as delivered, missing values kept (written by the ``impute`` task)."""
+    folder = RunLayout(run_dir).split_tables
+    return tuple(pd.read_csv(folder / f"{part}.csv", index_col=0) for part in ("train", "test"))
+
+
+def _post_imputed(frame: pd.DataFrame, bounds: dict | None, seed: int, max_iter: int) -> pd.DataFrame:
+    """One MICE imputation fitted on the synthetic table itself (post-processing of the release); a column the
+    synthetic table never observed stays missing."""
+    observed = [c for c in frame if frame[c].notna().any()]
+    if not frame[observed].isna().any().any():
+        return frame
+    bounds = None if bounds is None else {c: b for c, b in bounds.items() if c in observed}
+    (imputed,) = MICEImputer(m=1, max_iter=max_iter, seed=seed, bounds=bounds).fit_transform(frame[observed])
+    out = frame.copy()
+    out[observed] = imputed.to_numpy()
+    return out
+
+
+def _tables(table: pd.DataFrame, decoder: TableCodec, spec, attributes: list[str], in_release: bool, seed: int,
+            max_iter: int) -> dict:
+    """The files of one synthetic table: ``raw`` (the synthesizer's values, frame units, untruncated), ``truncated``
+    (decoded to the spec's types and bounds, with its categories) and, with missingness in the release,
+    ``missing`` (decoded, its indicators turned back into missing values). With missingness in the release the raw
+    and truncated tables are completed by :func:`_post_imputed`; "dropped" counts the non-finite rows left out."""
+    raw, dropped = _finite(table)
+    if not in_release:
+        return {"raw": raw, "truncated": decoder.labels(decoder.decode(raw)), "dropped": dropped}
+    codec = TableCodec.from_spec(spec, attributes, require_bounds=False)
+    bounds = {a: spec.bounds()[a].code_range() for a in attributes}
+    missing = restore_missing(decoder.decode(raw), attributes)
+    return {"raw": _post_imputed(restore_missing(raw, attributes), None, seed, max_iter),
+            "truncated": codec.labels(codec.decode(_post_imputed(missing, bounds, seed, max_iter))),
+            "missing": codec.labels(missing), "dropped": dropped}
 
 
 def synthesizer_of(config: SynthesisConfig, job: dict, device: str = "cpu") -> SynthesisMethod:
     """The job's synthesizer, configured by the run's settings."""
     return create_synthesizer(job.get("synthesizer", "maf"), config, device, progress_artifact)
+
+
+def _missing_record(mode: str) -> dict:
+    """How the release handled missing values, and whether that is inside its guarantee."""
+    if mode == "in_release":
+        return {"mode": mode, "inside_guarantee": True,
+                "how": "a 0/1 missingness column per attribute learned by the synthesizer, missing values replaced by "
+                       "a public placeholder; the synthetic tables imputed by MICE fitted on themselves "
+                       "(post-processing)"}
+    return {"mode": mode, "inside_guarantee": False,
+            "how": "MICE fitted on all training patients before the synthesizer (Su et al. 2023's order): one "
+                   "patient's values move every other patient's imputations, so the release is not DP end to end"}
 
 
 @task(name="synthesize")
@@ -184,15 +262,22 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reserved: Reser
     share_cores()
     spec = load_ehr_spec(config.spec)
     train, test, summary = imputed_tables(run_dir, job["imputation"])
-    attributes = summary.attributes
+    attributes, fit_spec, in_release = summary.attributes, spec, config.missing == "in_release"
+    if in_release:  # the table as delivered: every attribute of the spec and its missingness, learned in the release
+        attributes = [a.name for a in spec.attributes]
+        train, test = (with_indicators(part, spec, attributes) for part in delivered_tables(run_dir))
+        fit_spec = missingness_spec(spec, attributes)
+    fit_attributes = attributes + (indicator_names(attributes) if in_release else [])
     synthesizer = job.get("synthesizer", "maf")
     method = synthesizer_of(config, job, device)
     budget = Budget(**job["budget"])
-    codec = TableCodec.from_spec(spec, attributes) if method.needs_bounds() else None
-    data = SynthesisData(train, test, attributes, spec, synthetic_rows(run_dir, config, spec, summary), _seed(job))
+    codec = TableCodec.from_spec(fit_spec, fit_attributes) if method.needs_bounds() else None
+    data = SynthesisData(train, test, fit_attributes, fit_spec, synthetic_rows(run_dir, config, spec, summary),
+                         _seed(job))
     done = method.fit(job, data, reserved.plan,
                       NoiseSource.for_release(config.privacy.reproducible_noise, job["job_id"]))
-    record_release(config.privacy.ledger_path, reserved.reservation, done.entry)  # at once: before anything is saved
+    ledger_release = record_release(config.privacy.ledger_path, reserved.reservation,  # at once: before anything
+                                    done.entry).release                                # is saved
     if done.state_:  # the flow and its loss curve (a statistic of private batches): with the patient-level files
         run.flows.mkdir(parents=True, exist_ok=True)
         torch.save(done.state_["flow"], run.flows / f"{job['job_id']}.pt")
@@ -202,24 +287,30 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reserved: Reser
     guarantee, scaling_record, release_dict = done.guarantee, done.scaling, done.release
     if spec.drafted_from_data:  # the bounds and categories were read from the patients: the scaling is private
         scaling_record = {**scaling_record, "inside_guarantee": False, "drafted_from_data": True}
-    releasable = guarantee == "dp" and scaling_record["inside_guarantee"]  # everything in it is covered by DP
+    # everything in it is covered by DP: the noise, the scaling and the handling of missing values
+    releasable = guarantee == "dp" and scaling_record["inside_guarantee"] and in_release
     out_dir = run.synthetic(releasable)
     for folder in (out_dir, run.releases):
         folder.mkdir(parents=True, exist_ok=True)
-    decoder = codec or TableCodec.from_spec(spec, attributes, require_bounds=False)
-    files, nonfinite = [], 0
+    decoder = codec or TableCodec.from_spec(fit_spec, fit_attributes, require_bounds=False)
+    files, with_missing, nonfinite = [], [], 0
     for k, table in enumerate(done.tables):
-        raw, decoded, dropped = _decoded_tables(table, decoder)
-        nonfinite += dropped
-        for name, part in ((f"{job['job_id']}-r{k}.csv", raw), (f"{job['job_id']}-r{k}-truncated.csv", decoded)):
+        parts = _tables(table, decoder, spec, attributes, in_release, (data.seed + k) % 2 ** 20, config.mice.max_iter)
+        nonfinite += parts.pop("dropped")
+        for kind, part in parts.items():
+            name = f"{job['job_id']}-r{k}-{kind}.csv"
             add_derived(part, spec.derived).to_csv(out_dir / name, index=False)
-            files.append({"release": k, "truncated": name.endswith("-truncated.csv"), "path": str(out_dir / name)})
+            if kind == "missing":
+                with_missing.append({"release": k, "path": str(out_dir / name)})
+            else:
+                files.append({"release": k, "truncated": kind == "truncated", "path": str(out_dir / name)})
     record = {"job": job, "synthesizer": synthesizer, "budget_label": budget.label, **release_dict,
               "guarantee": guarantee_label(guarantee, release_dict.get("epsilon"), config.privacy.epsilon_ceiling),
               **({"patients_delivered": summary.decisions["records_read"]} if spec.public_patient_count else {}),
               "rows_per_table": rows, "test_log_likelihood": done.held_out,
-              "nonfinite_rows_dropped": nonfinite, "scaling": scaling_record, "releasable": releasable, "files": files,
-              **done.extra, "model": done.model}
+              "nonfinite_rows_dropped": nonfinite, "scaling": scaling_record, "releasable": releasable,
+              "missing": _missing_record(config.missing), "files": files, "with_missing": with_missing,
+              **done.extra, "model": done.model, "ledger_release": ledger_release}
     path.write_text(strict_dumps(record, indent=2, default=float))
     run_logger().info("synthesize %s: %s %s (%s), epsilon %s; %d tables (%d non-finite rows dropped)",
                       job["job_id"], synthesizer, release_dict["mechanism"],

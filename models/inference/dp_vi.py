@@ -34,8 +34,8 @@ sqrt(tau) (post-processing: :func:`untemper`). ``temperature=1`` is the paper's 
 
 The release is the flow's parameters after T steps; draws from it are post-processing. Not covered: anything
 computed from the records before training, and the choice of hyperparameters if tuned on the same records. The
-number of records n is treated as public, as everywhere in privehr: it weights the shared term of every l_i and
-sets the expected batch q n. ``plan=None`` is the non-private NF-VI (minibatches of records, the same loss).
+number of records n is treated as public (the pipeline and synthesis plan from noisy counts; DP-VI does not
+yet): it weights the shared term of every l_i and sets the expected batch q n. ``plan=None`` is the non-private NF-VI (minibatches of records, the same loss).
 """
 
 from __future__ import annotations

@@ -212,8 +212,8 @@ def train_density(flow: nn.Module, x: torch.Tensor, hp: DensityHyperparameters =
         hp = replace(hp, batch_size=min(hp.batch_size, len(fit)))
         total_steps, steps = hp.steps, _plain_steps(flow, fit, hp, optimizer, stopper)
     else:
-        if plan.n != n:
-            raise ValueError(f"the plan is for {plan.n} records, the data has {n}")
+        # plan.n may be a released noisy count, not n: Poisson sampling at the plan's q is DP whatever the number of
+        # records, and the noised sum is divided by the plan's q n (never by the exact count)
         noise = noise if noise is not None else NoiseSource.secret()
         total_steps = plan.steps
         nll = _loss(flow, noise.torch_generator("dequantize", x.device))

@@ -112,8 +112,10 @@ class ImputationSummary(_Summary):
 class ReleasedCount(_Summary):
     """``released_count.json``: the patient count released with epsilon-DP noise."""
 
-    count: int
+    count: int                  # the noisy total (the tables' rows)
     epsilon: float
+    train: int | None = None    # the noisy training count every DP plan is built from
+    release: str | None = None  # the ledger's release of the counts
 
 
 class RecordCounts(_Summary):

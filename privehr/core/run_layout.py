@@ -112,6 +112,8 @@ class RunLayout:
     # privehr-ehr-prepare and privehr-synthesize
     imputation = _At("imputation.json")
     imputed = _At(INTERMEDIATE, "imputed")
+    split_tables = _At(INTERMEDIATE, "split", doc="the split's patients as delivered (missing values kept): what "
+                                                  "synthesis.missing: in_release trains on")
     released_count = _At("released_count.json")
     releases = _At("releases")
     flows = _At(INTERMEDIATE, "flows")

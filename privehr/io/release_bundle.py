@@ -183,7 +183,7 @@ class Bundle:
     path: Path
     manifest: dict
     card: dict
-    featurizer: dict
+    featurizer: dict | None  # None: a bundle of synthetic tables
 
     def models(self) -> dict[str, Path]:
         """Bundled model files by cell id."""
@@ -202,24 +202,48 @@ def read_bundle(bundle: str | Path) -> Bundle:
                          + (f" (and {len(report['problems']) - 1} more)" if len(report["problems"]) > 1 else "")
                          + ". Copy the bundle again from its run, or run `privehr release verify` for the list.")
     manifest = json.loads((bundle / MANIFEST).read_text())
+    featurizer = bundle / "featurizer.json"  # a bundle of synthetic tables has none
     return Bundle(bundle, manifest, json.loads((bundle / "card.json").read_text()),
-                  json.loads((bundle / "featurizer.json").read_text()))
+                  json.loads(featurizer.read_text()) if featurizer.exists() else None)
 
 
 def _fmt(value, digits: int = 3) -> str:
     return "n/a" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.{digits}f}"
 
 
+def _privacy_lines(privacy: dict) -> list[str]:
+    return ["## Privacy", "", f"**{privacy['guarantee']}**", "",
+            f"- Total over this bundle's {privacy['releases']} release(s), at delta {privacy['delta']:.2g}: "
+            f"epsilon {_fmt(privacy['epsilon_prv'])} (PRV), {_fmt(privacy['epsilon_rdp'])} (RDP), "
+            f"{_fmt(privacy['epsilon_pld'])} (PLD).",
+            *[f"- {item}" for item in privacy["covers"]], "", "Not covered:", "",
+            *[f"- {item}" for item in privacy["not_covered"]], ""]
+
+
+def _render_tables_card(card: dict) -> str:
+    """The card of a synthesis run's bundle (synthetic tables) as Markdown."""
+    table = card["table"]
+    lines = [f"# Data card: {card['title']}", "", card["summary"], "", *_privacy_lines(card["privacy"]),
+             "## The tables", "",
+             f"- Columns: the {len(table['attributes'])} attributes of the spec {table['spec']}"
+             + (f" and the derived columns {', '.join(table['derived'])}" if table["derived"] else "")
+             + f"; missing values handled {table['missing'].replace('_', ' ')}.",
+             *([f"- Rows sized by the patient count ({card['counts']['source']})."] if card.get("counts") else []), ""]
+    for t in card["tables"]:
+        eps = _fmt(t["epsilon"]) if t["epsilon"] is not None else "n/a"
+        lines += [f"- {t['job']}: {t['synthesizer']} at {t['budget']} ({t['mechanism']}, epsilon {eps} alone); "
+                  f"{t['rows']} rows per table; files: {', '.join(t['files'])}"]
+    lines += ["", "## Intended use and limits", "", *[f"- {item}" for item in card["intended_use"]], ""]
+    return "\n".join(lines)
+
+
 def render_card(card: dict) -> str:
-    """The model card as Markdown (the conventions of Mitchell et al. 2019's model cards)."""
+    """The bundle's card as Markdown (the conventions of Mitchell et al. 2019's model cards; a synthesis run's
+    bundle has a card of its tables)."""
+    if card.get("kind") == "synthetic tables":
+        return _render_tables_card(card)
     privacy, cohort = card["privacy"], card["cohort"]
-    lines = [f"# Model card: {card['title']}", "", card["summary"], "",
-             "## Privacy", "", f"**{privacy['guarantee']}**", "",
-             f"- Total over this bundle's {privacy['releases']} release(s), at delta {privacy['delta']:.2g}: "
-             f"epsilon {_fmt(privacy['epsilon_prv'])} (PRV), {_fmt(privacy['epsilon_rdp'])} (RDP), "
-             f"{_fmt(privacy['epsilon_pld'])} (PLD).",
-             *[f"- {item}" for item in privacy["covers"]], "", "Not covered:", "",
-             *[f"- {item}" for item in privacy["not_covered"]], "",
+    lines = [f"# Model card: {card['title']}", "", card["summary"], "", *_privacy_lines(privacy),
              "## Task and cohort", "",
              f"- Input: the first {cohort['window_hours']} hours of an ICU stay ({cohort['variables']} hourly "
              f"variables, MIMIC-Extract format); prediction at hour {cohort['window_hours']}.",

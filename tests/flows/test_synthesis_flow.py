@@ -35,7 +35,7 @@ def test_every_release_is_recorded_with_its_cost(synthesis_run):
     run_dir = Path(summary["run_dir"])
     records = [json.loads(p.read_text()) for p in sorted((run_dir / "releases").glob("imp*-run*.json"))
                if not p.name.endswith(".evaluation.json")]
-    assert len(records) == 2 * 3  # m x (non-private, mu 2, epsilon 5) x runs
+    assert len(records) == 3  # (non-private, mu 2, epsilon 5) x runs: on the table as delivered, not per imputation
     for r in records:
         assert math.isfinite(r["test_log_likelihood"])
         assert r["patients_delivered"] == 84 and "training_patients" not in r  # Harrod's count is public
@@ -53,6 +53,7 @@ def test_every_release_is_recorded_with_its_cost(synthesis_run):
         else:
             assert max(r["epsilon_prv"], r["epsilon_rdp"]) <= 5.0
         assert r["scaling"] == {"kind": "bounds", "inside_guarantee": True} and r["releasable"]
+        assert r["missing"]["mode"] == "in_release" and r["missing"]["inside_guarantee"]
         assert r["noise_source"] == "os_entropy" and "seed" not in r and "history" not in r
         assert "n" not in r and "expected_batch" not in r
 
@@ -61,30 +62,34 @@ def test_tables_are_in_original_units_and_where_they_belong(synthesis_run):
     _, summary, _, _ = synthesis_run
     run_dir = Path(summary["run_dir"])
     public, private = sorted((run_dir / "synthetic").glob("*.csv")), sorted((run_dir / "intermediate" / "synthetic").glob("*.csv"))
-    assert len(public) == 2 * 2 * 2 * 2 and len(private) == 2 * 2 * 2  # (DP budgets) x m x releases x {raw, truncated}
+    # (DP budgets) x releases x {raw, truncated, missing}; the non-private flow's alike, under intermediate/
+    assert len(public) == 2 * 2 * 3 and len(private) == 2 * 3
     assert all("-inf-" in p.name for p in private) and not any("-inf-" in p.name for p in public)
-    raw = pd.read_csv(next(p for p in public if not p.name.endswith("-truncated.csv")))
+    raw = pd.read_csv(next(p for p in public if p.name.endswith("-raw.csv")))
     truncated = pd.read_csv(next(p for p in public if p.name.endswith("-truncated.csv")))
+    missing = pd.read_csv(next(p for p in public if p.name.endswith("-missing.csv")))
     assert {"mean_pap", "hypertensive"} <= set(raw.columns) and set(raw["hypertensive"]) <= {0, 1}
-    assert truncated["heart_rate2"].between(20, 250).all()
-    assert len(raw) == 84  # as many rows as the delivery's (public) patient count
+    assert truncated["heart_rate2"].dropna().between(20, 250).all()
+    assert len(raw) == len(missing) == 84  # as many rows as the delivery's (public) patient count
+    assert not any(c.endswith("__missing") for c in missing.columns)  # the indicators became missing values
+    assert missing.isna().to_numpy().sum() > truncated.isna().to_numpy().sum()  # MICE completed what it could
 
 
 def test_report_ledger_artifacts_and_untouched_input(synthesis_run):
     config, summary, table, digest = synthesis_run
     run_dir = Path(summary["run_dir"])
     results = pd.read_csv(run_dir / "results.csv")
-    assert len(results) == 6 * 2 * 2 and results["svm_accuracy"].between(0, 1).all()
+    assert len(results) == 3 * 2 * 2 and results["svm_accuracy"].between(0, 1).all()
     report = (run_dir / "report.md").read_text()
     for heading in ("SVM accuracy", "Random forest MSE", "Fidelity", "Releases and their cost", "guarantee covers"):
         assert heading in report
     assert (run_dir / "utility_vs_budget.png").stat().st_size > 0
     assert (run_dir / "intermediate" / "marginals.png").exists() and not (run_dir / "marginals.png").exists()
     entries = [e for e in read_ledger(config.privacy.ledger_path) if e.status == "released"]
-    assert len(entries) == 6 and sum(e.mechanism == "dp_sgd" for e in entries) == 4
+    assert len(entries) == 3 and sum(e.mechanism == "dp_sgd" for e in entries) == 2
     (total,) = ledger_totals(config.privacy.ledger_path)
-    assert not total.dp and total.epsilon is None and total.epsilon_dp > 5.0  # 2 imputations' flows compose
-    assert total.pending == 0 and total.releases == 6
+    assert not total.dp and total.epsilon is None and total.epsilon_dp > 5.0  # mu 2 and epsilon 5 compose
+    assert total.pending == 0 and total.releases == 3
     assert hashlib.sha256(table.read_bytes()).hexdigest() == digest
 
     async def keys():

@@ -72,9 +72,13 @@ def test_noise_is_fresh_unless_reproducible(mode):
     assert not same("s1", "s2") and not same("r1", "s1")  # OS entropy: another release, another flow
 
 
-def test_the_plan_must_match_the_data():
-    with pytest.raises(ValueError, match="plan is for 100 records"):
-        train_density(_flow(), _data(200, 0), HP, _plan(100, 1.0))
+@pytest.mark.parametrize("mode", ["ghost", "hooks"])
+def test_a_plan_from_a_noisy_count_samples_the_data_at_its_rate(mode):
+    """A plan built from a released count (100) trains over the 200 records there are: Poisson sampling at the
+    plan's q (0.5), for exactly the plan's T steps (a plan never sees the exact count; the trainer does not ask)."""
+    plan = _plan(100, 1.0, steps=40)
+    release = train_density(_flow(), _data(200, 0), HP, plan, grad_sample_mode=mode, log_every=1)
+    assert len(release.history) == plan.steps and plan.sample_rate == 0.5 and release.plan["steps"] == 40
 
 
 def test_the_non_private_flow_stops_early_at_its_best_held_out_fit():

@@ -1,0 +1,163 @@
+"""The release bundle of a synthesis run: the synthetic tables that may leave the hospital, and nothing else
+(``artifacts/<run-id>/release/``).
+
+Every number in it is public (the spec, the configuration) or post-processing of a DP release the budget check
+reserved and the ledger recorded:
+
+* ``tables/<job>-r<k>.csv``: each DP release's synthetic table decoded to the spec's types and bounds, its missing
+  values drawn by MICE fitted on the synthetic table itself; ``tables/<job>-r<k>-missing.csv``: the same table
+  before that imputation, its missing values as the synthesizer released them (``synthesis.missing: in_release``);
+* ``counts.json``: the patient count the tables are sized by, where it is a DP release (or declared public);
+* ``card.json`` / ``card.md``: what the tables are, their guarantee, what it covers and does not;
+* ``manifest.json``: each file's sha256 and releases, those releases' ledger entries and their total by PRV, RDP
+  and PLD (:mod:`privehr.io.release_bundle`).
+
+Releases without a guarantee (the non-private flow, reproducible noise) and tables scaled by training statistics
+or bounded by a spec drafted from the data stay inside the hospital. A run in the papers' order
+(``synthesis.missing: mice_first``) writes its bundle too, and its card says NOT DP end to end: MICE was fitted on
+every training patient before the synthesizer saw them. The utility and fidelity numbers of the run's report are
+exact statistics of the real patients and stay inside.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timezone
+from importlib.metadata import version
+from pathlib import Path
+
+from prefect import task
+
+from privehr.core.config import SynthesisConfig
+from privehr.core.run_layout import RunLayout
+from privehr.core.specs import load_ehr_spec
+from privehr.core.strict_json import strict_dumps
+from privehr.io.privacy_ledger import read_ledger
+from privehr.io.release_bundle import bundle_total, public_entry, render_card, write_manifest
+from privehr.tasks.run_logging import run_logger
+
+__all__ = ["write_synthesis_bundle"]
+
+
+def _bundled(record: dict) -> bool:
+    """A DP release whose scaling is public (the spec's bounds, not a drafted spec): its tables may be bundled."""
+    return record["guarantee"].startswith("DP") and record["scaling"]["inside_guarantee"] and \
+        record.get("ledger_release") is not None
+
+
+def _guarantee(total: dict, missing: str) -> str:
+    reasons = [f"{n} release(s) {label}" for label, n in total["not_dp"].items()] if not total["dp"] else []
+    if missing == "mice_first":
+        reasons.append("the synthesizers were trained on MICE imputations fitted on all training patients "
+                       "(synthesis.missing: mice_first): one patient's values move every other patient's "
+                       "imputations")
+    if reasons:
+        return "NOT DP end to end: " + "; ".join(reasons)
+    return f"DP end to end: (epsilon {total['epsilon_prv'] or total['epsilon_rdp']:.3g}, delta " \
+           f"{total['delta']:.2g}) over everything in this bundle"
+
+
+@task(name="synthesis-release-bundle")
+def write_synthesis_bundle(run_dir: str, record_paths: list[str], config: SynthesisConfig) -> dict | None:
+    """Write ``release/`` with the tables of the run's DP releases; return its summary, or None when none is DP."""
+    run = RunLayout(run_dir)
+    records = [json.loads(Path(p).read_text()) for p in record_paths]
+    bundled = [r for r in records if _bundled(r)]
+    if not bundled:
+        run_logger().info("release bundle: no DP release with public scaling in this run; no bundle written")
+        return None
+    spec = load_ehr_spec(config.spec)
+    out = run.release_bundle
+    if out.exists():
+        shutil.rmtree(out)  # a resumed run writes its bundle again
+    (out / "tables").mkdir(parents=True)
+    sources, cited, tables = {}, set(), []
+    source = "dp" if config.missing == "in_release" else "dp release of MICE imputations (not DP end to end)"
+    for record in bundled:
+        job, release = record["job"]["job_id"], record["ledger_release"]
+        cited.add(release)
+        files = [(f["release"], f["path"], "") for f in record["files"] if f["truncated"]]
+        files += [(f["release"], f["path"], "-missing") for f in record.get("with_missing", [])]
+        for k, path, suffix in files:
+            name = f"tables/{job}-r{k}{suffix}.csv"
+            shutil.copyfile(path, out / name)
+            sources[name] = {"source": source, "releases": [release],
+                             "about": "a synthetic table with its missing values as released" if suffix else
+                                      "a synthetic table decoded to the spec, missing values imputed by MICE fitted "
+                                      "on the synthetic table itself" if config.missing == "in_release" else
+                                      "a synthetic table decoded to the spec"}
+        tables.append({"job": job, "synthesizer": record["synthesizer"], "budget": record["budget_label"],
+                       "mechanism": record["mechanism"], "epsilon": record.get("epsilon"),
+                       "delta": record.get("delta"), "release": release, "rows": record["rows_per_table"],
+                       "files": sorted(n for n in sources if n.startswith(f"tables/{job}-"))})
+    counts = _counts(run, config, spec, records)
+    if counts is not None:
+        (out / "counts.json").write_text(strict_dumps(counts, indent=1))
+        sources["counts.json"] = {"source": counts["source"], "releases": counts["releases"],
+                                  "about": "the patient count the tables are sized by"}
+        cited |= set(counts["releases"])
+    entries = [e for e in read_ledger(config.privacy.ledger_path) if e.release in cited]
+    total = bundle_total([public_entry(e) for e in entries], config.privacy.delta)
+    guarantee = _guarantee(total, config.missing)
+    card = _card(config, spec, tables, total, guarantee, counts)
+    (out / "card.json").write_text(strict_dumps(card, indent=1))
+    (out / "card.md").write_text(render_card(card))
+    every = sorted(cited)
+    for name in ("card.json", "card.md"):
+        sources[name] = {"source": "derived", "releases": every, "about": "the card of the synthetic tables"}
+    header = {"run_id": run.root.name, "created": datetime.now(timezone.utc).date().isoformat(),
+              "code": {"privehr": version("privehr")}, "guarantee": guarantee, "kind": "synthetic tables"}
+    manifest = write_manifest(out, sources, entries, config.privacy.delta, header)
+    run_logger().info("release bundle: %d synthetic table(s) from %d release(s); %s",
+                      sum(1 for n in sources if n.startswith("tables/")), len(entries), guarantee)
+    return {"path": str(out), "tables": len([n for n in sources if n.startswith("tables/")]),
+            "releases": len(entries), "guarantee": guarantee, "total": manifest["total"]}
+
+
+def _counts(run: RunLayout, config: SynthesisConfig, spec, records: list[dict]) -> dict | None:
+    """What sized the tables: the released noisy count, the delivery's count where the spec declares it public,
+    or nothing to ship where ``rows`` was set (a public setting)."""
+    if config.rows is not None:
+        return None
+    if spec.public_patient_count:
+        return {"source": "public", "patients_delivered": records[0]["patients_delivered"], "releases": [],
+                "note": "declared public by the spec (public_patient_count)"}
+    released = json.loads(run.released_count.read_text())
+    return {"source": "dp", "patients": released["count"], "epsilon": released["epsilon"],
+            "mechanism": released["mechanism"], "releases": [released["release"]]}
+
+
+def _card(config: SynthesisConfig, spec, tables: list[dict], total: dict, guarantee: str,
+          counts: dict | None) -> dict:
+    covers = ["every synthetic table in this bundle: each is sampled from a DP release (its synthesizer's noise and "
+              "sampling from OS entropy), decoded to the spec's types and bounds (public)"]
+    if config.missing == "in_release":
+        covers.append("missing values: each attribute's missingness was learned inside the release (a 0/1 column per "
+                      "attribute, missing values replaced by a public placeholder), and the tables were imputed "
+                      "afterwards by MICE fitted on themselves (post-processing)")
+    covers.append("the split into training and held-out patients: a hash of each patient alone (its id, or its "
+                  "record in a table without ids), so no patient moves another between them")
+    if counts is not None:
+        covers.append(f"the row count ({counts['source']})")
+    covers.append("the unit is one patient (a row of the table) under add/remove-one neighbours")
+    not_covered = ["the run's internal report: its utility and fidelity numbers compare the synthetic tables with "
+                   "the real patients exactly and stay in the hospital",
+                   "other releases from the same table (other runs, the non-private flow): the hospital's privacy "
+                   "ledger composes them all",
+                   "the spec (columns, bounds, categories) and the settings, which are public by assumption",
+                   "which records validation quarantined: a record-level rule on each record's own values"]
+    return {"kind": "synthetic tables", "title": f"synthetic {spec.name} tables", "privacy": {
+                "guarantee": guarantee, "releases": total["releases"], "delta": total["delta"],
+                "epsilon_prv": total["epsilon_prv"], "epsilon_rdp": total["epsilon_rdp"],
+                "epsilon_pld": total["epsilon_pld"], "covers": covers, "not_covered": not_covered},
+            "summary": f"{len(tables)} DP release(s) of the {spec.name} table by privehr "
+                       f"({', '.join(sorted({t['synthesizer'] for t in tables}))}); every number in this bundle is "
+                       "public or differentially private.",
+            "table": {"spec": spec.name, "attributes": [a.name for a in spec.attributes],
+                      "derived": [d.name for d in spec.derived], "missing": config.missing},
+            "counts": counts, "tables": tables,
+            "intended_use": ["exploration, method development and teaching on data shaped like the source table; "
+                             "not for decisions about individual patients",
+                             "associations in the synthetic tables are those the DP release could learn at its "
+                             "epsilon from few patients: check any finding on the real data, inside the hospital"]}
