@@ -20,6 +20,7 @@ from privehr.models.data.mice import MICEImputer
 from privehr.models.data.patient_split import hash_split
 from privehr.models.inference.rubins_rules import pool
 from privehr.core.config import EHRPrepareConfig
+from privehr.core.errors import InputError
 from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_ehr_spec
 from privehr.io.ehr_table import check_derived_sources, drop_by_missingness, read_ehr_table
@@ -38,14 +39,19 @@ def _pooled(frames: list[pd.DataFrame], column: str) -> dict | None:
             p.fraction_missing_information, "degrees_of_freedom": p.degrees_of_freedom, "m": p.m}
 
 
-def _whole_numbers(part: pd.DataFrame, columns: list[str], bounds: dict) -> pd.DataFrame:
+def _whole_numbers(part: pd.DataFrame, columns: list[str], bounds: dict, steps: dict | None = None) -> pd.DataFrame:
     """MICE draws of integer columns and of discrete columns' codes rounded to a whole number within the column's
-    range (a category code 0..k-1, an integer within its bounds)."""
+    range (a category code 0..k-1, an integer within its bounds); a column with a ``step`` onto its levels."""
     part = part.copy()
     for c in columns:
         low, high = bounds[c]
-        part[c] = np.clip(np.rint(part[c]), -np.inf if low is None else np.ceil(low),
-                          np.inf if high is None else np.floor(high))
+        step = (steps or {}).get(c)
+        values = np.rint(part[c]) if not step else low + np.rint((part[c] - low) / step) * step
+        top = high if not step or high is None else low + np.floor((high - low) / step) * step
+        if step:  # low and top are levels already (a numeric column's step need not be whole)
+            part[c] = np.clip(values, low, top)
+        else:
+            part[c] = np.clip(values, -np.inf if low is None else np.ceil(low), np.inf if top is None else np.floor(top))
     return part
 
 
@@ -67,6 +73,11 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
     split = hash_split(_split_keys(frame, spec), (1 - config.test_fraction, 0.0, config.test_fraction),
                        config.split_seed)
     train, test = frame[(split == "train").to_numpy()], frame[(split == "test").to_numpy()]
+    if train.empty or test.empty:
+        raise InputError(f"{spec.name}: the split of its {len(frame)} kept records left no "
+                         f"{'training' if train.empty else 'held-out'} patient (each patient's side is a hash of "
+                         "itself, so a small table can fall on one side); nothing was spent. Fix: deliver more "
+                         "patients, or change split_seed or test_fraction")
     run = RunLayout(run_dir)
     run.split_tables.mkdir(parents=True, exist_ok=True)
     for name, part in (("train", train), ("test", test)):  # as delivered: synthesis.missing: in_release reads them
@@ -78,7 +89,8 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
                  "drop_rule": rule, "drop_decided_on": "training patients",
                  "dropped_on_whole_delivery": table.decisions["dropped_attributes"]}
     bounds = {a.name: a.code_range() for a in spec.attributes if a.name in frame}
-    whole = [a.name for a in spec.attributes if a.name in frame and (a.discrete or a.kind == "integer")]
+    whole = [a.name for a in spec.attributes if a.name in frame and (a.discrete or a.kind == "integer" or a.step)]
+    steps = {a.name: a.step for a in spec.attributes if a.step}
     mice = config.mice
     imputer = MICEImputer(m=mice.m, max_iter=mice.max_iter, seed=mice.seed, bounds=bounds, trace=mice.trace)
     imputed = {"train": imputer.fit_transform(train), "test": imputer.transform(test)}  # fitted on train only
@@ -87,7 +99,7 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
     completed = {"train": [], "test": []}
     for i, (tr, te) in enumerate(zip(imputed["train"], imputed["test"])):
         for name, part in (("train", tr), ("test", te)):
-            part = _whole_numbers(part, whole, bounds)
+            part = _whole_numbers(part, whole, bounds, steps)
             full = add_derived(part, spec.derived)
             full.to_csv(out / f"{name}_{i}.csv")
             completed[name].append(full)

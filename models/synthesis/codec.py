@@ -10,13 +10,16 @@ synthesizers need three other views, and their output must come back as the spec
 * **flow inputs** (DP-HFlow, :mod:`privehr.models.nf.hflow`): continuous columns first, affinely scaled by the
   steward's bounds, center (low + high) / 2 and scale (high - low) / 4 (data-independent, so the
   scaling is inside the DP guarantee); then the discrete columns as integer codes. An integer column
-  whose range high - low + 1 is at most ``max_levels`` is discrete with code value - low (a count, a
-  score), a wider one is continuous and rounded on the way back.
+  whose range high - low + 1 is at most ``MAX_LEVELS`` is discrete with code value - low (a count, a
+  score), a wider one is continuous and rounded on the way back. An integer column with a ``step`` (a score
+  recorded in tens) has the levels low, low + step, ... <= high: with at most ``MAX_LEVELS`` of them it is
+  discrete with code (value - low) / step, so a synthesizer models its levels and never the gaps between.
 * **bins** (AIM and MST, :mod:`privehr.models.synthesis.marginal`): discrete columns keep their codes; a
   continuous column is cut into ``bins`` equal-width bins of its bounds (public: no data decides the
   edges), values beyond the bounds in the outer bins. Back: a uniform draw within the bin.
-* **decoded** (:meth:`TableCodec.decode`): numbers clipped to the bounds, integers rounded, discrete codes
-  rounded to the nearest valid code. A synthesizer that treats every column as continuous (the MAF)
+* **decoded** (:meth:`TableCodec.decode`): numbers clipped to the bounds, integers rounded, a column with a
+  step rounded to its nearest level low + k * step within the bounds, discrete codes rounded to the nearest
+  valid code. A synthesizer that treats every column as continuous (the MAF)
   produces codes like 0.37; decoding makes them categories, and :meth:`TableCodec.labels` writes the
   categories as the spec names them.
 
@@ -37,13 +40,15 @@ MAX_LEVELS = 256  # an integer column with more values than this is modelled as 
 
 @dataclass(frozen=True)
 class CodecColumn:
-    """One column: its kind, its valid bounds (numeric, integer) and its categories (discrete kinds)."""
+    """One column: its kind, its valid bounds (numeric, integer), its categories (discrete kinds) and its step
+    (numeric, integer: values on low + k * step; None: any value, integers any whole number)."""
 
     name: str
     kind: str                       # numeric, integer, binary, categorical, ordinal
     low: float | None = None
     high: float | None = None
     levels: tuple = ()
+    step: float | None = None
 
     @property
     def cardinality(self) -> int | None:
@@ -51,9 +56,19 @@ class CodecColumn:
         if self.kind in ("binary", "categorical", "ordinal"):
             return len(self.levels)
         if self.kind == "integer" and self.low is not None and self.high is not None:
-            k = int(np.floor(self.high) - np.ceil(self.low)) + 1
+            k = (int(np.floor((self.high - self.low) / self.step + 1e-9)) + 1 if self.step is not None
+                 else int(np.floor(self.high) - np.ceil(self.low)) + 1)
             return k if k <= MAX_LEVELS else None
         return None
+
+    @property
+    def top(self) -> float | None:
+        """The highest valid value: the last level low + k * step <= high with a step (integer: whole), else high."""
+        if self.high is None:
+            return None
+        if self.step is not None and self.low is not None:
+            return _level(self.low + np.floor((self.high - self.low) / self.step + 1e-9) * self.step)
+        return float(np.floor(self.high)) if self.kind == "integer" else self.high
 
 
 class TableCodec:
@@ -64,6 +79,14 @@ class TableCodec:
     [[0.0, 1.0], [2.0, 0.0]]
     >>> codec.labels(codec.decode(pd.DataFrame({"age": [130.0], "sex": [0.7]}))).to_dict("records")
     [{'age': 100.0, 'sex': 'M'}]
+
+    A score recorded in tens is discrete by level (code 6 is 60), and decodes onto its levels:
+
+    >>> score = TableCodec([CodecColumn("score", "integer", 0, 100, step=10)])
+    >>> score.cardinalities, score.discretise(pd.DataFrame({"score": [60.0, 100.0]}), bins=8).tolist()
+    ([11], [[6], [10]])
+    >>> score.decode(pd.DataFrame({"score": [87.0, 93.0, 104.0, -3.0]}))["score"].tolist()
+    [90.0, 90.0, 100.0, 0.0]
     """
 
     def __init__(self, columns: list[CodecColumn], require_bounds: bool = True):
@@ -82,7 +105,7 @@ class TableCodec:
         (``require_bounds=False``: only :meth:`decode` and :meth:`labels` are usable where bounds are missing)."""
         bounds = spec.bounds()
         return cls([CodecColumn(a, bounds[a].kind, bounds[a].valid_low, bounds[a].valid_high,
-                                tuple(bounds[a].levels)) for a in attributes], require_bounds)
+                                tuple(bounds[a].levels), bounds[a].step) for a in attributes], require_bounds)
 
     @property
     def names(self) -> list[str]:
@@ -98,17 +121,31 @@ class TableCodec:
         high = np.array([c.high for c in self.continuous], float)
         return (low + high) / 2, np.where(high > low, (high - low) / 4, 1.0)
 
-    def _offset(self, column: CodecColumn) -> float:
-        return float(np.ceil(column.low)) if column.kind == "integer" and column.cardinality is not None else 0.0
+    def _origin_unit(self, column: CodecColumn) -> tuple[float, float]:
+        """(origin, unit) of a discrete column: its value is origin + code * unit (a category: 0, 1; an integer:
+        ceil(low), 1; an integer with a step: low, step)."""
+        if column.kind == "integer" and column.cardinality is not None:
+            return (float(column.low), float(column.step)) if column.step is not None else \
+                (float(np.ceil(column.low)), 1.0)
+        return 0.0, 1.0
+
+    def _codes(self, column: CodecColumn, values: np.ndarray) -> np.ndarray:
+        """A discrete column's frame values as its nearest codes 0..k-1 (float)."""
+        origin, unit = self._origin_unit(column)
+        return np.clip(np.rint((values - origin) / unit), 0, column.cardinality - 1)
+
+    def _values(self, column: CodecColumn, codes: np.ndarray) -> np.ndarray:
+        """Inverse of :meth:`_codes`: frame values of (possibly fractional) codes."""
+        origin, unit = self._origin_unit(column)
+        return origin + codes * unit
 
     # -- flows ---------------------------------------------------------------------------------------------------
     def flow_inputs(self, frame: pd.DataFrame) -> np.ndarray:
         """(n, continuous + discrete): scaled continuous columns, then discrete codes (frame must be complete)."""
         center, scale = self.affine()
         continuous = (frame[[c.name for c in self.continuous]].to_numpy(float) - center) / scale
-        codes = np.column_stack([np.clip(np.rint(frame[c.name].to_numpy(float) - self._offset(c)), 0,
-                                         c.cardinality - 1) for c in self.discrete]) if self.discrete else \
-            np.zeros((len(frame), 0))
+        codes = np.column_stack([self._codes(c, frame[c.name].to_numpy(float)) for c in self.discrete]) \
+            if self.discrete else np.zeros((len(frame), 0))
         return np.hstack([continuous, codes])
 
     def from_flow(self, array: np.ndarray) -> pd.DataFrame:
@@ -117,7 +154,7 @@ class TableCodec:
         center, scale = self.affine()
         n_cont = len(self.continuous)
         values = {c.name: center[j] + scale[j] * array[:, j] for j, c in enumerate(self.continuous)}
-        values |= {c.name: array[:, n_cont + j] + self._offset(c) for j, c in enumerate(self.discrete)}
+        values |= {c.name: self._values(c, array[:, n_cont + j]) for j, c in enumerate(self.discrete)}
         return self.decode(pd.DataFrame(values)[self.names])
 
     # -- marginal methods ------------------------------------------------------------------------------------------
@@ -134,7 +171,7 @@ class TableCodec:
         for j, c in enumerate(self.columns):
             v = frame[c.name].to_numpy(float)
             if c.cardinality is not None:
-                out[:, j] = np.clip(np.rint(v - self._offset(c)), 0, c.cardinality - 1)
+                out[:, j] = self._codes(c, v)
             else:
                 out[:, j] = np.clip(np.searchsorted(self.bin_edges(c, bins), v, side="right") - 1, 0, bins - 1)
         return out
@@ -145,7 +182,7 @@ class TableCodec:
         for j, c in enumerate(self.columns):
             k = codes[:, j].astype(float)
             if c.cardinality is not None:
-                values[c.name] = k + self._offset(c)
+                values[c.name] = self._values(c, k)
             else:
                 edges = self.bin_edges(c, bins)
                 values[c.name] = edges[k.astype(int)] + rng.random(len(k)) * (edges[1] - edges[0])
@@ -153,16 +190,20 @@ class TableCodec:
 
     # -- back to the spec's types ------------------------------------------------------------------------------
     def decode(self, frame: pd.DataFrame) -> pd.DataFrame:
-        """Frame units made valid: numbers clipped to the bounds, integers rounded, discrete codes rounded to the
-        nearest valid code (NaN stays NaN)."""
+        """Frame units made valid: numbers clipped to the bounds, integers rounded, a column with a step rounded to
+        its nearest level low + k * step within the bounds, discrete codes rounded to the nearest valid code (NaN
+        stays NaN)."""
         out = frame.copy()
         for c in self.columns:
             v = out[c.name].to_numpy(float)
             if c.kind in ("binary", "categorical", "ordinal"):
                 v = np.clip(np.rint(v), 0, c.cardinality - 1)
             else:
-                low = -np.inf if c.low is None else (np.ceil(c.low) if c.kind == "integer" else c.low)
-                high = np.inf if c.high is None else (np.floor(c.high) if c.kind == "integer" else c.high)
+                stepped = c.step is not None and c.low is not None
+                low = -np.inf if c.low is None else (np.ceil(c.low) if c.kind == "integer" and not stepped else c.low)
+                high = np.inf if c.top is None else c.top
+                if stepped:
+                    v = _level(c.low + np.rint((v - c.low) / c.step) * c.step)
                 v = np.clip(np.rint(v) if c.kind == "integer" else v, low, high)
             out[c.name] = v
         return out
@@ -194,6 +235,11 @@ class TableCodec:
                 out[c.name] = pd.Series([None if np.isnan(k) else c.levels[int(k)] for k in values], index=out.index,
                                         dtype=object)
         return out
+
+
+def _level(value):
+    """low + k * step without the float residue of the product (0.1 * 3 -> 0.3)."""
+    return np.round(value, 10)
 
 
 def _as_float(value) -> float | None:

@@ -52,13 +52,22 @@ def indicator_names(attributes: list[str]) -> list[str]:
 
 def placeholder(bounds) -> float:
     """The public value that stands in for a missing one: the centre of the valid range (rounded up to a whole
-    number for an integer column), code 0 of a discrete column, 0 where the spec gives no range."""
+    number for an integer column, to the nearest level for a column with a ``step``), code 0 of a discrete column, 0
+    where the spec gives no range.
+
+    >>> from privehr.core.specs import VariableBounds
+    >>> placeholder(VariableBounds(name="score", kind="integer", valid_low=5, valid_high=98, step=10))
+    55.0
+    """
     if bounds.discrete:
         return 0.0
     low, high = bounds.valid_low, bounds.valid_high
     if low is None or high is None:
         return 0.0 if low is None and high is None else float(low if high is None else high)
     centre = (low + high) / 2
+    step = getattr(bounds, "step", None)
+    if step:  # a column recorded in steps: the level nearest the centre, within the bounds
+        return float(min(low + round((centre - low) / step) * step, low + np.floor((high - low) / step) * step))
     return float(np.ceil(centre)) if bounds.kind == "integer" else float(centre)
 
 

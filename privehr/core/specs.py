@@ -40,6 +40,11 @@ class VariableBounds(_Strict):
     quarantined), ``binary`` (two categories, by default the tokens 0 and 1), ``categorical`` (unordered
     ``categories``) or ``ordinal`` (``categories`` in their order). A discrete column (binary, categorical,
     ordinal) is held as its category's code 0..k-1 and written back as the category itself.
+
+    ``step`` (``integer`` and ``numeric`` only, with ``valid_low``): the column is recorded in steps, its values
+    lie on ``valid_low + k * step`` (a score in tens: ``valid_low: 0, step: 10``). A value off the step is
+    quarantined; synthetic values are rounded onto the step, and an integer column with few enough levels is
+    modelled level by level (:mod:`privehr.models.synthesis.codec`).
     """
 
     name: str
@@ -53,6 +58,10 @@ class VariableBounds(_Strict):
     valid_high: float | None = None
     outlier_low: float | None = None
     outlier_high: float | None = None
+    step: float | None = Field(
+        None, description="integer and numeric columns recorded in steps (a score in tens): the values lie on "
+                          "valid_low + k * step (k = 0, 1, ...); needs valid_low (integer: a whole step and "
+                          "valid_low). Values off the step are quarantined; synthetic values are rounded onto it")
     min_nonnull_fraction: float = Field(0.0, ge=0, le=1)
     source: str = ""
 
@@ -76,6 +85,18 @@ class VariableBounds(_Strict):
             raise ValueError(f"{self.name!r}: its categories repeat")
         if self.kind in DISCRETE_KINDS and any(b is not None for b in bounds):
             raise ValueError(f"{self.name!r} is {self.kind}: its categories are its domain; remove the bounds")
+        if self.step is not None:
+            if self.kind in DISCRETE_KINDS:
+                raise ValueError(f"{self.name!r} is {self.kind}: its categories are its domain; step belongs to "
+                                 "integer and numeric columns (remove step, or list the levels as categories)")
+            if not (self.step > 0 and self.step < float("inf")):
+                raise ValueError(f"{self.name!r}: step must be a positive number")
+            if self.valid_low is None:
+                raise ValueError(f"{self.name!r} has a step: give valid_low, where the steps start (values lie on "
+                                 "valid_low + k * step)")
+            if self.kind == "integer" and (self.step % 1 or self.valid_low % 1):
+                raise ValueError(f"{self.name!r} is integer with a step: give a whole-number step and valid_low "
+                                 "(or declare it numeric)")
         return self
 
     @property

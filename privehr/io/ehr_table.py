@@ -6,11 +6,13 @@ References:
 
 Layout (either orientation), NA tokens and ids come from the spec. Suspect cells and records are
 quarantined with a reason, never dropped silently: non-numeric tokens and values beyond the
-physiological bounds are masked (set missing); records without any kept value and records with a
-missing or duplicate id, and records identical to another in every attribute (one patient delivered twice would
-be two DP units), are removed. Attributes missing in more patients than the spec allows are
-dropped as a recorded decision (Su et al. 2023 drop 7 of Harrod's 26 attributes this way): the decision
-that shapes training is :func:`drop_by_missingness` on the *training* patients (after the split);
+physiological bounds are masked (set missing), and so are non-whole values of an integer column and values
+off a column's ``step`` (not on valid_low + k * step: a score recorded in tens that reads 87); records
+without any kept value and records with a missing or duplicate id, and records identical to another in every
+attribute (one patient delivered twice would be two DP units), are removed. Attributes missing in more
+patients than the spec allows are dropped as a recorded decision (Su et al. 2023 drop 7 of Harrod's 26
+attributes this way): the decision that shapes training is :func:`drop_by_missingness` on the *training*
+patients (after the split);
 ``decisions["dropped_attributes"]`` is the same rule on the whole delivery, for the steward's report.
 """
 
@@ -37,7 +39,7 @@ ID = "patient_id"
 @dataclass
 class EHRTable:
     """``frame``: kept records x every spec attribute (float, NaN = missing; a discrete attribute as its category's
-    code 0..k-1), indexed by ``patient_id``.
+    code 0..k-1; a numeric or integer attribute, with a step or not, as its value), indexed by ``patient_id``.
     ``parsed``: every spec attribute as read (numbers, before masking), for validation.
     ``quarantine``: suspect records and cells with reasons. ``decisions``: counts and dropped columns."""
 
@@ -160,6 +162,13 @@ def parse_ehr_table(table: pd.DataFrame, spec: EHRTableSpec) -> EHRTable:
                 parts.append(q.records(table.loc[fractional, [ID]], a.name, tokens.loc[fractional, a.name],
                                        "not a whole number (the spec declares an integer column)"))
                 numbers.loc[fractional, a.name] = np.nan
+        if a.step is not None:  # values lie on valid_low + k * step; a value between the steps is suspect
+            k = (numbers[a.name] - a.valid_low) / a.step
+            off = ((k - k.round()).abs() > 1e-6).to_numpy() & ~bad & present
+            if off.any():
+                parts.append(q.records(table.loc[off, [ID]], a.name, tokens.loc[off, a.name],
+                                       f"not on the spec's step (valid_low + k * {a.step:g})"))
+                numbers.loc[off, a.name] = np.nan
     parsed = pd.concat([table[[ID]], numbers], axis=1)
     bounds = {a.name: (a.valid_low, a.valid_high) for a in spec.attributes if not a.discrete}
     parts.append(q.beyond_bounds(parsed, bounds, [ID], "physiological"))
@@ -195,12 +204,15 @@ _FIXES = {  # a quarantine reason -> what usually causes it wholesale, and the f
                    "categories",
     "bounds": "check the column's unit against the spec's (a unit error moves every value), or the spec's bounds",
     "whole number": "declare the column numeric, or deliver whole numbers",
+    "step": "check the column's step and valid_low in the spec (values lie on valid_low + k * step), or remove "
+            "the step",
 }
 
 
 def _fix_for(reason: str) -> str:
     key = ("categories" if "categories" in reason else "non-numeric" if "non-numeric" in reason
-           else "whole number" if "whole number" in reason else "bounds" if "bound" in reason else None)
+           else "whole number" if "whole number" in reason else "step" if "step" in reason
+           else "bounds" if "bound" in reason else None)
     return _FIXES[key] if key else "correct the delivery or the spec's rule (see the quarantine file)"
 
 

@@ -6,10 +6,25 @@ a header row (one record per row):
 
 * its kind: numbers that are all 0 or 1 -> ``binary``; other whole numbers -> ``integer``; other
   numbers -> ``numeric``; text with at most ``max_categories`` distinct values -> ``categorical``
-  (``binary`` with two), their categories listed in sorted order; the first column with a distinct value
-  in every record that is text, or whose name looks like an identifier -> the ``id_column``;
+  (``binary`` with two), their categories listed in sorted order;
+* a ``step`` for whole numbers recorded in steps: m >= 3 distinct values whose differences share a
+  common divisor step > 1 (their gcd; 60, 70, 80 -> step 10) are drafted ``integer`` with ``step``,
+  valid_low on the step, where step ** (m - 1) >= 100: whole numbers that are not recorded in steps
+  share a divisor p with a chance of about p ** -(m - 1), so a coincidence (2, 4, 6) stays plain
+  ``integer``. One rule, not two: a numeric column with few distinct values is *not* drafted
+  ``ordinal``. An integer column (with or without a step) of at most 256 levels (the codec's
+  ``MAX_LEVELS``) is already modelled level by level by the synthesizers, so ``ordinal`` would add
+  nothing but a category list of every value present (a rare one singles out a patient) and would lose
+  the bounds; a steward who wants ordinal labels declares them;
+* the ``id_column``: the first column with a distinct value in every record (none missing) that is text
+  or whose name looks like an identifier: its last word (words split at ``_``, spaces, ``-``, ``.``, ``#``
+  and camelCase) is one of id, identifier, mrn, key, patient, subject, record, number, no, nr, num, or a
+  glued form such as ``patientid``, ``subjectno``. It is drafted as ``id_column``, not as an attribute
+  (an identifier carries nothing to synthesise and would single out patients). A column named like an
+  identifier whose values repeat or are missing (``number`` holding counts) stays data, with a note; a
+  second identifier is left out of the spec, with a note;
 * bounds of numeric and integer columns: the observed minimum and maximum widened outward to two
-  significant digits.
+  significant digits (with a step: moved onto the step, inward of those).
 
 What the draft reads is the private table. Its kinds are schema facts, but its **bounds and
 categories come from patients' values**: the observed extremes, and every category that occurs (a
@@ -52,9 +67,32 @@ def _outward(value: float, up: bool) -> float:
     return float(round(rounded, 12))
 
 
+ID_WORDS = ("id", "identifier", "mrn", "key", "patient", "subject", "record", "number", "no", "nr", "num")
+MIN_STEP_LEVELS = 3  # distinct values needed before a common step is proposed (two values always have one)
+STEP_EVIDENCE = 100  # step ** (distinct values - 1) at least this: a chance of about 1% that the step is a coincidence
+
+
+def _words(name: str) -> list[str]:
+    """``PatientID`` -> [patient, id]; ``patient_no.`` -> [patient, no]; ``Record #`` -> [record]."""
+    return [w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", name)]
+
+
 def _looks_like_id(name: str) -> bool:
-    return bool(re.search(r"(^|[_\s-])(id|identifier|mrn|key)($|[_\s-])", name.strip().lower())) or \
-        name.strip().lower().endswith("id")
+    """Its last word is an identifier word (``patient_id``, ``Patient number``, ``No.``, ``subject``) or a glued
+    one (``patientid``, ``subjectno``); ``fluid``, ``lipid`` and ``number_of_visits`` are not."""
+    words = _words(name)
+    return bool(words) and (words[-1] in ID_WORDS or re.fullmatch(
+        r"(patient|subject|record|pat|case|person)(id|identifier|mrn|key|number|no|nr|num)", words[-1]) is not None)
+
+
+def _common_step(values: np.ndarray) -> int | None:
+    """The gcd of the differences of whole numbers with m >= ``MIN_STEP_LEVELS`` distinct values, where
+    gcd ** (m - 1) >= ``STEP_EVIDENCE`` (None otherwise: no step, or one that may be a coincidence)."""
+    distinct = np.unique(values)
+    if len(distinct) < MIN_STEP_LEVELS or np.abs(distinct).max() >= 2 ** 53:
+        return None
+    step = int(np.gcd.reduce((distinct[1:] - distinct[0]).astype(np.int64)))
+    return step if step > 1 and (len(distinct) - 1) * math.log(step) >= math.log(STEP_EVIDENCE) - 1e-9 else None
 
 
 def _column(name: str, tokens: pd.Series, max_categories: int) -> tuple[dict | None, str | None]:
@@ -68,8 +106,18 @@ def _column(name: str, tokens: pd.Series, max_categories: int) -> tuple[dict | N
         if set(np.unique(values)) <= {0.0, 1.0}:
             return {"name": name, "kind": "binary"}, None
         kind = "integer" if np.all(values == np.round(values)) else "numeric"
-        return {"name": name, "kind": kind, "valid_low": _outward(values.min(), up=False),
-                "valid_high": _outward(values.max(), up=True)}, None
+        low, high = _outward(values.min(), up=False), _outward(values.max(), up=True)
+        step = _common_step(values) if kind == "integer" else None
+        if step is None:
+            return {"name": name, "kind": kind, "valid_low": low, "valid_high": high}, None
+        first = float(values.min())  # the steps start on the data's grid: the lowest grid point >= low
+        low = first - math.floor((first - low) / step) * step
+        high = low + math.floor((high - low) / step) * step
+        return {"name": name, "kind": "integer", "valid_low": low, "valid_high": high, "step": step}, (
+            f"{name}: whole numbers on a common step of {step} ({len(np.unique(values))} distinct values); drafted "
+            f"as integer with step: {step} (values lie on valid_low + k * step; synthetic values land on the "
+            "steps, not between them). Confirm the step from the instrument or form; delete it if the spacing "
+            "is a coincidence")
     distinct = sorted(present.unique())
     if len(distinct) <= max_categories:
         kind = "binary" if len(distinct) == 2 else "categorical"
@@ -99,11 +147,23 @@ def draft_spec(path: str | Path, name: str | None = None, max_categories: int = 
     for column in raw.columns:
         tokens = raw[column].str.strip()
         text = pd.to_numeric(tokens, errors="coerce").isna().any()
-        if id_column is None and (text or _looks_like_id(column)) and tokens.is_unique \
-                and not tokens.isin(NA_TOKENS).any():
+        named, distinct = _looks_like_id(column), tokens.is_unique and not tokens.isin(NA_TOKENS).any()
+        if distinct and (text or named) and id_column is None:
             id_column = column
-            notes.append(f"{column}: a distinct value in every record; drafted as the id column")
+            why = "its name looks like an identifier and it" if named else "its values are text and it"
+            notes.append(f"{column}: {why} holds a distinct value in every record; drafted as the id column "
+                         "(id_column), not as an attribute: an identifier carries nothing to synthesise and would "
+                         "single out patients")
             continue
+        if distinct and named:
+            left_out.append(column)
+            notes.append(f"{column}: its name looks like an identifier and it holds a distinct value in every "
+                         f"record, a second one beside the id column {id_column}; left out of the spec (an "
+                         "identifier is not data to synthesise)")
+            continue
+        if named:
+            notes.append(f"{column}: named like an identifier, but its values repeat or some are missing; drafted "
+                         "as data, not as the id column (check)")
         entry, note = _column(column, tokens, max_categories)
         if note:
             notes.append(note)
@@ -129,11 +189,21 @@ def draft_spec(path: str | Path, name: str | None = None, max_categories: int = 
     return spec, notes
 
 
+KINDS_RULE = ("Kinds: 0/1 -> binary; whole numbers -> integer, with a step where at least 3 distinct values share "
+              "a common step > 1 that is unlikely to be a coincidence (60, 70, 80 -> step: 10; values lie on "
+              "valid_low + k * step, synthetic values land on the steps); other numbers -> numeric; few texts -> "
+              "categorical. Few distinct numbers are not drafted ordinal: an integer column is modelled level by "
+              "level already; declare ordinal (with categories) yourself where labels matter. A column named "
+              "like an identifier (patient_id, Patient number, No) with a distinct value in every record is the "
+              "id_column, not data.")
+
+
 def spec_yaml(spec: dict, notes: list[str]) -> str:
     """The draft as YAML, its warning and notes as a comment header."""
     header = ["# privehr table spec (drafted by `privehr spec draft`)", "#"]
     header += [f"# {line}" for line in _wrap(DRAFT_WARNING)]
     header += ["#"] + [f"# - {line}" for note in notes for line in _wrap(note)] if notes else []
+    header += ["#"] + [f"# {line}" for line in _wrap(KINDS_RULE)]
     header += ["# Format: expectations/README.md. Targets: name a binary column under targets.classification for "
                "the utility models."]
     body = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=110)

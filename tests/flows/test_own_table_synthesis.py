@@ -14,7 +14,8 @@ import yaml
 
 from privehr.models.synthesis.marginal import marginal_available
 from privehr.cli import main
-from privehr.core.specs import load_ehr_spec
+from privehr.core.specs import EHRTableSpec, load_ehr_spec
+from privehr.io.spec_draft import spec_yaml
 from privehr.io.privacy_ledger import read_ledger
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +37,7 @@ def _mixed_table(path: Path, n: int = 160, seed: int = 3) -> None:
                           "nyha": nyha, "diabetes": diabetes, "admissions": admissions,
                           "creatinine": creatinine, "died": died})
     frame.loc[rng.choice(n, 6, replace=False), "creatinine"] = np.nan  # a few missing labs: MICE fills them
+    frame.insert(3, "karnofsky", rng.choice(np.arange(40, 101, 10), n))  # a score recorded in tens
     frame.to_csv(path, index=False)
 
 
@@ -55,14 +57,68 @@ def test_spec_draft_guesses_types_and_warns_that_they_came_from_the_data(own_tab
     assert "drafted from the table's own values" in err and "private" in err
     spec = load_ehr_spec(spec_path)
     kinds = {a.name: a.kind for a in spec.attributes}
-    assert kinds == {"age": "integer", "sex": "binary", "nyha": "categorical", "diabetes": "binary",
-                     "admissions": "integer", "creatinine": "numeric", "died": "binary"}
+    assert kinds == {"age": "integer", "sex": "binary", "karnofsky": "integer", "nyha": "categorical",
+                     "diabetes": "binary", "admissions": "integer", "creatinine": "numeric", "died": "binary"}
+    assert spec.bounds()["karnofsky"].step == 10 and spec.bounds()["admissions"].step is None
     assert spec.id_column == "record" and spec.drafted_from_data and spec.targets.classification == "died"
     assert spec.bounds()["nyha"].levels == ["I", "II", "III", "IV"]
     ages = pd.read_csv(table)["age"]
     assert spec.bounds()["age"].valid_low <= ages.min() and spec.bounds()["age"].valid_high >= ages.max()
     assert "drafted_from_data" in spec_path.read_text().split("name:")[0]  # the header comment says what to replace
     assert main(["spec", "draft", str(table), "--target", "age", "--json"]) == 2  # not binary: one message
+
+
+def _drafted(tmp_path, columns: dict) -> tuple[dict, dict, list[str]]:
+    from privehr.io.spec_draft import draft_spec
+
+    path = tmp_path / "table.csv"
+    pd.DataFrame(columns).to_csv(path, index=False)
+    spec, notes = draft_spec(path)
+    return spec, {a["name"]: a for a in spec["attributes"]}, notes
+
+
+def test_spec_draft_gives_scores_recorded_in_steps_a_step_and_leaves_coincidences_alone(tmp_path):
+    rng = np.random.default_rng(5)
+    n = 40
+    spec, attributes, notes = _drafted(tmp_path, {
+        "karnofsky": rng.choice([40, 50, 60, 70, 80, 90, 100], n),   # a score in tens
+        "bp": 2 * rng.integers(45, 90, n) + 1,                       # systolic recorded in twos from an odd start
+        "tens": rng.choice([60, 70, 80], n),                         # three levels: the least that may have a step
+        "evens": rng.choice([2, 4, 6], n),                           # step 2 from three values: may be chance
+        "visits": rng.poisson(3, n),                                 # a count: no step
+        "dose": rng.choice([0.5, 1.0, 1.5], n)})                     # not whole: numeric, no step
+    karnofsky = attributes["karnofsky"]
+    assert karnofsky["kind"] == "integer" and karnofsky["step"] == 10
+    assert karnofsky["valid_low"] == 40 and karnofsky["valid_high"] == 100
+    assert attributes["bp"]["step"] == 2 and attributes["bp"]["valid_low"] % 2 == 1  # valid_low on the step
+    assert attributes["tens"]["step"] == 10
+    for name, kind in (("evens", "integer"), ("visits", "integer"), ("dose", "numeric")):
+        assert attributes[name]["kind"] == kind and "step" not in attributes[name], name
+    assert not any(a["kind"] == "ordinal" for a in attributes.values())  # one rule: integer with a step
+    assert any(note.startswith("karnofsky: whole numbers on a common step of 10") for note in notes)
+    loaded = EHRTableSpec.model_validate(spec).bounds()
+    assert loaded["karnofsky"].step == 10 and loaded["evens"].step is None
+    text = spec_yaml(spec, notes).split("name:")[0]
+    assert "step: 10" in text and "not drafted ordinal" in text
+
+
+def test_spec_draft_takes_a_patient_number_as_the_id_and_not_a_repeated_number(tmp_path):
+    n = 30
+    spec, attributes, notes = _drafted(tmp_path, {
+        "number": [1, 2, 3] * 10,                                    # named like an id, but its values repeat
+        "Patient number": np.arange(1001, 1001 + n),                 # whole numbers, all distinct: the id
+        "fluid": np.linspace(0.5, 3.4, n),                           # distinct numbers, ends in "id": data
+        "age": np.arange(40, 40 + n)})
+    assert spec["id_column"] == "Patient number" and "Patient number" not in attributes
+    assert set(attributes) == {"number", "fluid", "age"} and attributes["number"]["kind"] == "integer"
+    assert any(note.startswith("Patient number: its name looks like an identifier") and "id_column" in note
+               for note in notes)
+    assert any(note.startswith("number: named like an identifier, but its values repeat") for note in notes)
+    spec, attributes, _ = _drafted(tmp_path, {"subject_id": [f"s{i}" for i in range(n)], "age": np.arange(n) + 40.0,
+                                              "record_no": np.arange(n)})  # a second id: left out, with a note
+    assert spec["id_column"] == "subject_id" and set(attributes) == {"age"}
+    spec, attributes, _ = _drafted(tmp_path, {"No": list(range(n - 1)) + [None], "age": np.arange(n) + 40.0})
+    assert spec["id_column"] is None and "No" in attributes  # a missing value: not an id
 
 
 def test_validate_and_build_take_a_spec_outside_the_repository(own_table, capsys):
@@ -72,7 +128,7 @@ def test_validate_and_build_take_a_spec_outside_the_repository(own_table, capsys
                  "--json"]) == 0
     report = json.loads(capsys.readouterr().out)["deliveries"][str(table)]
     assert report["passed"] and report["suite"] == "built from the spec at validation time"
-    assert report["records_kept"] == 160 and report["attributes_kept"] == 7  # text categories are not "missing"
+    assert report["records_kept"] == 160 and report["attributes_kept"] == 8  # text categories are not "missing"
     assert main(["expectations", "build", "--spec", str(spec_path), "--json"]) == 0
     written = json.loads(capsys.readouterr().out)["paths"]
     assert written == [str(spec_path.parent / "heart.json")]
@@ -141,6 +197,8 @@ def test_synthetic_tables_come_back_as_the_specs_types(synthesized):
                 assert numbers.between(a.valid_low, a.valid_high).all(), (path.name, a.name)
                 if a.kind == "integer":
                     assert values.str.fullmatch(r"-?\d+").all(), (path.name, a.name)
+                if a.step is not None:  # on the steps, never between them (no 87 for a score in tens)
+                    assert ((numbers - a.valid_low) % a.step == 0).all(), (path.name, a.name)
     assert seen == set(synthesizers)
     assert hashlib.sha256(table.read_bytes()).hexdigest() == digest  # the raw input is only read
 

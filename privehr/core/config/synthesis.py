@@ -37,8 +37,10 @@ class EHRPrepareConfig(_Strict):
 
     path: Path = Field(Path("data/ehr/EHR_dataset.csv"), description="the table (read only)")
     spec: str = Field("harrod_ehr", description="spec name in expectations/specs, or a YAML path")
-    test_fraction: float = Field(20 / 84, gt=0, lt=1, description="held-out patients (Su et al. 2023: 20 of 84)")
-    split_seed: int = 1
+    test_fraction: float = Field(20 / 84, gt=0, lt=1, description="expected share of held-out patients (Su et al. "
+                                                                "2023: 20 of 84); each patient's split is a hash of "
+                                                                "itself and split_seed, so the count varies around it")
+    split_seed: int = Field(1, description="public: part of the split's hash")
     mice: MICEConfig = MICEConfig()
     stop_on_critical: bool = True
     artifacts_dir: Path = Path("artifacts")
