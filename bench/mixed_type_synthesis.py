@@ -101,18 +101,23 @@ def _split(frame: pd.DataFrame, run: int):
     return frame.iloc[order[:cut]], frame.iloc[order[cut:]]
 
 
-def _flow_table(kind, train, codec, spec, config, epsilon, delta, run):
-    """One DP flow on the training rows, fitted by the synthesis task's own synthesizer (``create_synthesizer``); as
-    many rows as training patients, (raw, decoded) in frame units."""
-    seed = 1000 * run + 17
-    job = {"job_id": f"{kind}-run{run}", "synthesizer": kind, "budget": {"kind": "epsilon", "value": epsilon}}
+def fit_flow(kind, train, codec, spec, config, budget: dict, delta: float, seed: int) -> pd.DataFrame:
+    """One flow (``budget``: an epsilon, mu or non_private budget) on the training rows, fitted by the synthesis
+    task's own synthesizer (``create_synthesizer``); as many rows as training patients, its finite raw rows in frame
+    units (also used by bench/synthesis_membership.py)."""
+    job = {"job_id": f"{kind}-{budget['kind']}-seed{seed}", "synthesizer": kind, "budget": budget}
     config = config.model_copy(update={"privacy": config.privacy.model_copy(update={"delta": delta}), "releases": 1})
     synthesizer = create_synthesizer(kind, config, "cpu")
     plan = synthesizer.plan(job, len(train))
     done = synthesizer.fit(job, SynthesisData(train, train, codec.names, spec, len(train), seed), plan,
                            NoiseSource.secret())
     raw = done.tables[0]
-    raw = raw[np.isfinite(raw.to_numpy(float)).all(axis=1)].reset_index(drop=True)
+    return raw[np.isfinite(raw.to_numpy(float)).all(axis=1)].reset_index(drop=True)
+
+
+def _flow_table(kind, train, codec, spec, config, epsilon, delta, run):
+    """One DP flow at ``epsilon`` (:func:`fit_flow`): (raw, decoded) in frame units."""
+    raw = fit_flow(kind, train, codec, spec, config, {"kind": "epsilon", "value": epsilon}, delta, 1000 * run + 17)
     return raw, codec.decode(raw)
 
 

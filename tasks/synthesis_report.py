@@ -1,5 +1,6 @@
 """Synthesis report: utility tables in the style of Su et al. 2023, the TSTR panel and mixed-type fidelity of
-Lee et al. 2022, the releases and what they cost, one column per (synthesizer, budget).
+Lee et al. 2022, membership inference against each decoded table (DOMIAS, van Breugel et al. 2023), the releases
+and what they cost, one column per (synthesizer, budget).
 
 References:
     Lee, Kim, Jeong, Ro (2022). Differentially Private Normalizing Flows for Synthetic Tabular Data Generation. AAAI.
@@ -28,7 +29,7 @@ from privehr.io.figures import marginal_histograms, plot_synthesis_utility
 from privehr.tasks.run_logging import in_prefect_run, run_logger
 from privehr.tasks.synthesis import imputed_tables
 
-__all__ = ["write_synthesis_report", "su2023_table", "synthesis_results", "raw_accuracy"]
+__all__ = ["write_synthesis_report", "su2023_table", "synthesis_results", "raw_accuracy", "membership_table"]
 
 RELEASE_COLUMNS = ["budget_label", "mechanism", "guarantee", "noise_multiplier", "sample_rate", "steps",
                    "max_grad_norm", "delta", "epsilon_prv", "epsilon_rdp", "epsilon_pld", "mu", "epsilon_gdp",
@@ -37,6 +38,8 @@ FIDELITY = ["ks_mean", "wasserstein_sd_mean", "kendall_tau_rmse", "detection_aur
             "dcr_train_median", "dcr_holdout_median"]
 MIXED = ["tv_mean", "tau_rmse", "tau_mae", "invalid_share"]
 TSTR = ["tstr_auroc", "tstr_macro_f1", "tstr_average_precision"]
+MIA = ["mia_auroc", "mia_tpr_at_10pct", "mia_tpr_at_1pct", "mia_tpr_at_0p1pct", "mia_syn_only_auroc",
+       "mia_syn_only_tpr_at_1pct", "mia_n_members", "mia_n_nonmembers", "mia_min_resolvable_fpr"]
 
 
 def synthesis_results(record_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -52,11 +55,13 @@ def synthesis_results(record_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFra
                                                                  "nonfinite_rows_dropped": record["nonfinite_rows_dropped"],
                                                                  "test_log_likelihood": record["test_log_likelihood"]}
         releases.append(release)
-        tables += [release | {k: v for k, v in row.items() if not k.startswith("per_column") and k != "tstr_per_classifier"}
+        tables += [release | {k: v for k, v in row.items() if not k.startswith("per_column")
+                              and k not in ("tstr_per_classifier", "mia_unresolvable_fprs")}
                    for row in evaluation["rows"]]
     tables, releases = pd.DataFrame(tables), pd.DataFrame(releases)
     # a table whose every sampled row was non-finite has no fidelity: its columns are empty, never absent
-    tables = tables.reindex(columns=list(dict.fromkeys([*tables.columns, *FIDELITY, *MIXED])))
+    # (and a raw table, or an evaluation from before the attack, has no membership inference)
+    tables = tables.reindex(columns=list(dict.fromkeys([*tables.columns, *FIDELITY, *MIXED, *MIA])))
     if releases["synthesizer"].nunique() > 1:  # one column per (synthesizer, budget)
         for frame in (tables, releases):
             frame["budget_label"] = frame["synthesizer"] + " " + frame["budget_label"]
@@ -97,6 +102,47 @@ def su2023_table(results: pd.DataFrame, originals: pd.DataFrame, metric: str) ->
                     (f"{values.mean():.2f}" if len(values) else "")
             out.append(line)
     return pd.DataFrame(out)
+
+
+def membership_table(results: pd.DataFrame, order: list[str]) -> pd.DataFrame:
+    """DOMIAS on the decoded tables, one row per (synthesizer, budget): mean over its tables of the AUROC and the
+    TPR at each FPR ("not resolvable" where 1 / non-members exceeds the FPR; blank where no table was attacked)."""
+    attacked = results[results["truncated"].astype(bool) & results["mia_auroc"].notna()]
+    rows = []
+    for label in order:
+        part = attacked[attacked["budget_label"] == label]
+        if part.empty:
+            continue
+        row = {"budget_label": label, "tables": int(len(part)),
+               "non-members": int(part["mia_n_nonmembers"].min()), "AUROC": part["mia_auroc"].mean()}
+        for column, name in (("mia_tpr_at_10pct", "TPR @ FPR 10 %"), ("mia_tpr_at_1pct", "TPR @ FPR 1 %"),
+                             ("mia_tpr_at_0p1pct", "TPR @ FPR 0.1 %")):
+            values = pd.to_numeric(part[column], errors="coerce")
+            row[name] = values.mean() if values.notna().any() else "not resolvable"
+        row["AUROC, p_syn only"] = part["mia_syn_only_auroc"].mean()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _membership_section(results: pd.DataFrame, order: list[str]) -> list[str]:
+    table = membership_table(results, order)
+    if table.empty:
+        return ["## Membership inference (DOMIAS)", "No decoded table was attacked."]
+    counts = sorted(set(table["non-members"]))
+    resolvable = [f"{f:g} %" for f in (10, 1, 0.1) if f / 100 * min(counts) >= 1 - 1e-9]
+    return ["## Membership inference (DOMIAS: van Breugel et al. 2023, density ratio p_syn / p_ref by Gaussian KDE "
+            "on reference-standardised columns)",
+            "Each decoded table attacked with the real training patients as members and the real test patients "
+            "split in two by position (even: the attacker's reference sample; odd: the non-member candidates); "
+            "mean over the tables of each synthesizer and budget. Non-members per table: "
+            f"{', '.join(map(str, counts))}, so the smallest resolvable FPR is 1/{min(counts)} = "
+            f"{1 / min(counts):.2g}: "
+            + (f"TPR is resolvable at FPR {', '.join(resolvable)}" if resolvable else "no listed FPR is resolvable")
+            + " (an FPR below it is marked not resolvable, not reported as a number). AUROC 0.5 and TPR = FPR are "
+            "chance; the non-private tables are attacked alike. These are exact statistics of real patients, no "
+            "noise added: internal to the hospital, like the rest of this report. A KDE attacker is weak in few "
+            "columns: a low number is a lower bound on leakage, not a proof of privacy.",
+            _markdown(table)]
 
 
 def _markdown(frame: pd.DataFrame) -> str:
@@ -170,10 +216,10 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
                  + ("" if config.scaling == "bounds" or "maf" not in synthesizers else
                     ", the MAF's scaling by training means and standard deviations (visible in every synthetic table, "
                     "so those tables stay under intermediate/)")
-                 + ", and the evaluation numbers in this report (utility, fidelity, DCR, held-out log-likelihood: "
-                   "aggregates computed on real patients without noise). All releases of one table compose: the "
-                   "privacy ledger holds the total. The non-private (inf) tables are comparisons only and "
-                   "stay under intermediate/, as do the real-vs-synthetic marginal figures.")
+                 + ", and the evaluation numbers in this report (utility, fidelity, DCR, membership inference, "
+                   "held-out log-likelihood: aggregates computed on real patients without noise). All releases of "
+                   "one table compose: the privacy ledger holds the total. The non-private (inf) tables are "
+                   "comparisons only and stay under intermediate/, as do the real-vs-synthetic marginal figures.")
     patients = f"{summary.decisions['records_read']} patients delivered, " if public_count else ""
     markdown = "\n\n".join([
         f"# Synthesis: {summary.spec} ({patients}{len(summary.attributes)} attributes, m = {summary.m}; "
@@ -186,6 +232,7 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
         _markdown(mixed),
         "## Fidelity (raw tables vs real training patients; detection AUROC 0.5 = indistinguishable; "
         "share closer to train ~0.5 = no copying)", _markdown(fidelity),
+        *_membership_section(results, order),
         "## Releases and their cost (test_log_likelihood: mean held-out log p(x) per patient in original units, "
         "a lower bound for DP-HFlow's dequantized columns)",
         _markdown(costs),
@@ -205,6 +252,7 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
             "targets": {"classification": label, "regression": target, "excluded_features": excluded},
             **{k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
             "releases": json.loads(costs.to_json(orient="records")), "guarantee": guarantee,
+            "membership_inference": json.loads(membership_table(results, order).to_json(orient="records")),
             "mean_svm_accuracy_by_budget": {b: float(v) for b, v in raw_accuracy(results, "svm_accuracy").items()},
             "mean_tstr_auroc_by_budget": {b: float(v) for b, v in raw_accuracy(results, "tstr_auroc").items()}}
 
