@@ -12,7 +12,6 @@ an added and a removed file.
 from __future__ import annotations
 
 import json
-import math
 import re
 import shutil
 from dataclasses import replace
@@ -31,6 +30,8 @@ from privehr.io.privacy_ledger import read_ledger
 from privehr.models.privacy.ledger import compose_entries
 from privehr.resources import mimic_extract_variables
 from privehr.simulate.severity_simulator import simulate_extract
+
+from oracles.bundle_numbers import leaves
 
 CELL = "mort_icu-logistic_regression-dp_sgd-bce-eps1"
 # 600 stays leave about 300 train+dev stays: ceil(n / 200) = 2 for n in (200, 400], so the plan's q and T do not
@@ -70,21 +71,6 @@ def runs(tmp_path_factory):
     return {"same": same, "neighbour": run(tmp / "minus_one.h5", "minus-one"), "ledger": ledger, "tmp": tmp}
 
 
-def _leaves(value, key=()):
-    """Every number of a JSON value or a saved torch object, by its path (tensors element by element)."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _leaves(v, (*key, k))
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            yield from _leaves(v, (*key, i))
-    elif isinstance(value, torch.Tensor):
-        for i, v in enumerate(value.flatten().tolist()):
-            yield (*key, i), v
-    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        yield key, value
-
-
 def _numbers(bundle: Path) -> dict:
     """Every number in every file of a bundle: JSON leaves, tensor elements, and the numerals of the card's text
     (by line and position)."""
@@ -98,7 +84,7 @@ def _numbers(bundle: Path) -> dict:
         else:
             content = [[float(t) for t in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", line)]
                        for line in path.read_text().splitlines()]
-        out |= {(name, *k): v for k, v in _leaves(content)}
+        out |= {(name, *k): v for k, v in leaves(content)}
     return out
 
 

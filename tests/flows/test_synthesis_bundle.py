@@ -13,7 +13,6 @@ says NOT DP end to end.
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 
@@ -28,6 +27,8 @@ from privehr.flows.synthesis import synthesize_ehr
 from privehr.io.demo_data import write_demo_ehr
 from privehr.io.privacy_ledger import read_ledger
 from privehr.models.privacy.ledger import compose_entries
+
+from oracles.bundle_numbers import leaves
 
 SETTINGS = {"mice": {"m": 1, "max_iter": 2, "trace": False}, "mus": [], "epsilons": [2.0], "non_private": False,
             "runs": 1, "releases": 1, "dpnf": {"steps": 20, "blocks": 1, "hidden_size": 8}}
@@ -59,17 +60,6 @@ def runs(tmp_path_factory):
             "run": run}
 
 
-def _leaves(value, key=()):
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _leaves(v, (*key, k))
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            yield from _leaves(v, (*key, i))
-    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        yield key, value
-
-
 def _numbers(bundle: Path) -> tuple[dict, dict]:
     """(every number of the JSON and Markdown files by its path, every non-constant column of every table)."""
     numbers, columns = {}, {}
@@ -85,7 +75,7 @@ def _numbers(bundle: Path) -> tuple[dict, dict]:
         numerals = r"-?\d+(?:\.\d+)?(?:e-?\d+)?"
         content = json.loads(path.read_text()) if path.suffix == ".json" else \
             [[float(t) for t in re.findall(numerals, line)] for line in path.read_text().splitlines()]
-        numbers |= {(name, *k): v for k, v in _leaves(content)}
+        numbers |= {(name, *k): v for k, v in leaves(content)}
     return numbers, columns
 
 
