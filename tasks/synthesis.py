@@ -40,7 +40,8 @@ from privehr.io.privacy_ledger import Ledger, record_release
 from privehr.models.synthesis.codec import TableCodec
 from privehr.models.data.mice import MICEImputer
 from privehr.models.synthesis.derived_columns import add_derived
-from privehr.models.synthesis.missingness import indicator_names, missingness_spec, restore_missing, with_indicators
+from privehr.models.synthesis.missingness import (indicator_names, missingness_spec, placeholder, restore_missing,
+                                                  with_indicators)
 from privehr.models.synthesis.marginal import marginal_available
 from privehr.models.privacy.noisy_count import noisy_count
 from privehr.models.privacy.ledger import LedgerEntry, guarantee_label
@@ -199,16 +200,19 @@ def delivered_tables(run_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return tuple(pd.read_csv(folder / f"{part}.csv", index_col=0) for part in ("train", "test"))
 
 
-def _post_imputed(frame: pd.DataFrame, bounds: dict | None, seed: int, max_iter: int) -> pd.DataFrame:
-    """One MICE imputation fitted on the synthetic table itself (post-processing of the release); a column the
-    synthetic table never observed stays missing."""
+def _post_imputed(frame: pd.DataFrame, bounds: dict | None, seed: int, max_iter: int,
+                  fill: dict[str, float]) -> pd.DataFrame:
+    """One MICE imputation fitted on the synthetic table itself (post-processing of the release). A column the
+    synthetic table never observed (the release learned it as always missing) has nothing to impute from: it gets
+    its public placeholder ``fill``, so the table stays usable, and its ``-missing`` twin shows it empty."""
     observed = [c for c in frame if frame[c].notna().any()]
-    if not frame[observed].isna().any().any():
-        return frame
-    bounds = None if bounds is None else {c: b for c, b in bounds.items() if c in observed}
-    (imputed,) = MICEImputer(m=1, max_iter=max_iter, seed=seed, bounds=bounds).fit_transform(frame[observed])
     out = frame.copy()
-    out[observed] = imputed.to_numpy()
+    if observed and frame[observed].isna().any().any():
+        bounds = None if bounds is None else {c: b for c, b in bounds.items() if c in observed}
+        (imputed,) = MICEImputer(m=1, max_iter=max_iter, seed=seed, bounds=bounds).fit_transform(frame[observed])
+        out[observed] = imputed.to_numpy()
+    for c in frame.columns.difference(observed):
+        out[c] = fill[c]
     return out
 
 
@@ -224,8 +228,9 @@ def _tables(table: pd.DataFrame, decoder: TableCodec, spec, attributes: list[str
     codec = TableCodec.from_spec(spec, attributes, require_bounds=False)
     bounds = {a: spec.bounds()[a].code_range() for a in attributes}
     missing = restore_missing(decoder.decode(raw), attributes)
-    return {"raw": _post_imputed(restore_missing(raw, attributes), None, seed, max_iter),
-            "truncated": codec.labels(codec.decode(_post_imputed(missing, bounds, seed, max_iter))),
+    fill = {a: placeholder(spec.bounds()[a]) for a in attributes}
+    return {"raw": _post_imputed(restore_missing(raw, attributes), None, seed, max_iter, fill),
+            "truncated": codec.labels(codec.decode(_post_imputed(missing, bounds, seed, max_iter, fill))),
             "missing": codec.labels(missing), "dropped": dropped}
 
 
