@@ -198,7 +198,13 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
     marginals = _marginal_figures(run.root, results, train, summary, spec)
     not_dp = sorted(g for g in set(releases["guarantee"]) if not g.startswith("DP"))
     synthesizers = sorted(set(releases["synthesizer"]), key=SYNTHESIZER_ORDER.index)
-    guarantee = ("The DP guarantee covers each release's use of the imputed training patients: a flow's DP-SGD "
+    in_release = config.missing == "in_release"
+    guarantee = (("The DP guarantee covers each release's use of the training patients as delivered (each "
+                  "attribute's missingness learned inside the release, a public placeholder for missing values, the "
+                  "synthetic tables imputed afterwards by MICE fitted on themselves), and the split (a hash of each "
+                  "patient alone): " if in_release else
+                  "The DP guarantee covers each release's use of the imputed training patients: ")
+                 + "a flow's DP-SGD "
                  "training (PRV epsilon; RDP and PLD alongside, and the GDP mu, whose CLT can underestimate), and AIM's "
                  "or MST's noisy marginals (zCDP converted to (epsilon, delta)); noise and sampling come "
                  "from OS entropy and are never stored. "
@@ -211,8 +217,10 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
                  + ("The spec was drafted from the data (drafted_from_data): its bounds and categories were read "
                     "from the patients, so every table's scaling and decoding is outside the guarantee and the "
                     "tables stay under intermediate/. " if spec.drafted_from_data else "")
-                 + "Not covered: validation, MICE (fitted on the private training patients), dropping attributes "
-                   "by missingness on the training patients"
+                 + ("Not covered: validation" if in_release else
+                    "Not covered (synthesis.missing: mice_first, the papers' order): validation, MICE (fitted on the "
+                    "private training patients before DP training, so no release is DP end to end), dropping "
+                    "attributes by missingness on the training patients")
                  + ("" if config.scaling == "bounds" or "maf" not in synthesizers else
                     ", the MAF's scaling by training means and standard deviations (visible in every synthetic table, "
                     "so those tables stay under intermediate/)")
