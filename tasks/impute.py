@@ -57,11 +57,26 @@ def _whole_numbers(part: pd.DataFrame, columns: list[str], bounds: dict, steps: 
 
 def _split_keys(frame: pd.DataFrame, spec) -> pd.Series:
     """What each patient's split is a hash of: the id column's value, or, in a table without one (whose row numbers
-    shift when a row is removed), the record's own values. Either way one patient's split depends on that patient
-    alone, so adding or removing a patient moves no one else between train and test."""
+    shift when a row is removed), the record's own values over every attribute of the spec, each written exactly
+    (``float.hex``; "NA" where missing or absent). Either way one patient's split depends on that patient alone: not
+    on the columns' dtypes or on which attributes other patients left empty, so adding or removing a patient moves
+    no one else between train and test.
+
+    >>> from privehr.core.specs import EHRTableSpec
+    >>> spec = EHRTableSpec(name="t", attributes=[{"name": "hr"}, {"name": "bp"}])
+    >>> a = _split_keys(pd.DataFrame({"hr": [80, 90]}, index=["p1", "p2"]), spec)
+    >>> b = _split_keys(pd.DataFrame({"hr": [80.0, 90.0, None], "bp": [None, None, 120.0]},
+    ...                              index=["p1", "p2", "p3"]), spec)
+    >>> a.tolist() == b.iloc[:2].tolist()
+    True
+    """
     if spec.id_column:
         return pd.Series(frame.index.astype(str), index=frame.index)
-    return pd.util.hash_pandas_object(frame, index=False).astype(str)  # a function of the row's values alone
+    columns = [frame[a].to_numpy(dtype=float) if a in frame else np.full(len(frame), np.nan)
+               for a in (b.name for b in spec.attributes)]
+    rows = np.column_stack(columns) if columns else np.zeros((len(frame), 0))
+    return pd.Series(["\x1f".join("NA" if np.isnan(v) else float(v).hex() for v in row) for row in rows],
+                     index=frame.index)
 
 
 @task(name="impute")

@@ -75,17 +75,17 @@ def _seed(job: dict) -> int:
 
 
 def needs_noisy_count(config: SynthesisConfig, spec) -> bool:
-    """Whether the run releases noisy patient counts: unless the spec declares the count public, whenever a DP
-    release is planned (its q and its gradient's normalisation are built from the training count) or the tables
-    are sized by the count (``rows`` unset)."""
-    return not spec.public_patient_count and (config.rows is None or any(
-        b.kind != "non_private" for b in config.budgets()))
+    """Whether the run releases noisy patient counts: whenever a DP release is planned (its q and its gradient's
+    normalisation are built from the training count, which is private even where the spec declares the delivery's
+    count public: the count after quarantine and the split depends on the patients' values), or the tables are
+    sized by the count (``rows`` unset) and the spec does not declare it public."""
+    return any(b.kind != "non_private" for b in config.budgets()) or (
+        config.rows is None and not spec.public_patient_count)
 
 
 def planning_count(run_dir: str | Path, config: SynthesisConfig, spec) -> int:
-    """The training patients every DP plan of the run is built from: the released noisy count, or the exact one
-    where the spec declares the patient count public (``public_patient_count``: its split's counts are then public
-    too, and the release records say so)."""
+    """The training patients every DP plan of the run is built from: the released noisy count (the exact one only
+    in a run without a DP release, whose plans are None anyway)."""
     if not needs_noisy_count(config, spec):
         return read_summary(run_dir, "imputation").patients["train"]
     return read_summary(run_dir, "released_count").train
@@ -105,8 +105,8 @@ def synthetic_rows(run_dir: str | Path, config: SynthesisConfig, spec, summary: 
 def release_patient_count(run_dir: str, config: SynthesisConfig) -> int | None:
     """Reserve, then release, the training and held-out patient counts with epsilon-DP noise (two-sided geometric at
     ``count_epsilon``; each patient is in one split, so the two together are ``count_epsilon``-DP by parallel
-    composition) before any plan is built: the plans and the tables' size are built from them. Returns the noisy
-    total (None where the spec declares the count public, or nothing needs it)."""
+    composition) before any plan is built: the plans (and, unless the spec declares the count public or ``rows``
+    is set, the tables' size) are built from them. Returns the noisy total (None where nothing needs it)."""
     from privehr.tasks.release_budget import reserve_planned, synthesis_dataset_id  # it imports this module
 
     spec = load_ehr_spec(config.spec)

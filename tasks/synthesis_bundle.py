@@ -36,6 +36,7 @@ from privehr.core.strict_json import strict_dumps
 from privehr.io.privacy_ledger import read_ledger
 from privehr.io.release_bundle import bundle_total, public_entry, render_card, write_manifest
 from privehr.tasks.run_logging import run_logger
+from privehr.tasks.synthesis import needs_noisy_count
 
 __all__ = ["write_synthesis_bundle"]
 
@@ -100,7 +101,11 @@ def write_synthesis_bundle(run_dir: str, record_paths: list[str], config: Synthe
     entries = [e for e in read_ledger(config.privacy.ledger_path) if e.release in cited]
     total = bundle_total([public_entry(e) for e in entries], config.privacy.delta)
     guarantee = _guarantee(total, config.missing)
-    card = _card(config, spec, tables, total, guarantee, counts)
+    # the columns of the tables: every attribute of the spec in release; in the papers' order those the training
+    # patients' missingness kept (a fact about them, which the card's not-covered list names)
+    columns = [a.name for a in spec.attributes] if config.missing == "in_release" else \
+        json.loads(run.imputation.read_text())["attributes"]
+    card = _card(config, spec, tables, total, guarantee, counts, columns)
     (out / "card.json").write_text(strict_dumps(card, indent=1))
     (out / "card.md").write_text(render_card(card))
     every = sorted(cited)
@@ -116,45 +121,57 @@ def write_synthesis_bundle(run_dir: str, record_paths: list[str], config: Synthe
 
 
 def _counts(run: RunLayout, config: SynthesisConfig, spec, records: list[dict]) -> dict | None:
-    """What sized the tables: the released noisy count, the delivery's count where the spec declares it public,
-    or nothing to ship where ``rows`` was set (a public setting)."""
-    if config.rows is not None:
-        return None
-    if spec.public_patient_count:
-        return {"source": "public", "patients_delivered": records[0]["patients_delivered"], "releases": [],
-                "note": "declared public by the spec (public_patient_count)"}
-    released = json.loads(run.released_count.read_text())
-    return {"source": "dp", "patients": released["count"], "epsilon": released["epsilon"],
-            "mechanism": released["mechanism"], "releases": [released["release"]]}
+    """What the plans and the tables' size were built from: the released noisy counts whenever the run released
+    them (every run with a DP release: its plans read them), with the delivery's count where the spec declares it
+    public; nothing to ship where neither holds."""
+    public = {"patients_delivered": records[0]["patients_delivered"],
+              "note": "declared public by the spec (public_patient_count); the tables have this many rows"} \
+        if spec.public_patient_count and config.rows is None else {}
+    if needs_noisy_count(config, spec):
+        released = json.loads(run.released_count.read_text())
+        return {"source": "dp", "patients": released["count"], "training_patients": released["train"],
+                "epsilon": released["epsilon"], "mechanism": released["mechanism"],
+                "releases": [released["release"]], **public}
+    return {"source": "public", "releases": [], **public} if public else None
 
 
 def _card(config: SynthesisConfig, spec, tables: list[dict], total: dict, guarantee: str,
-          counts: dict | None) -> dict:
-    covers = ["every synthetic table in this bundle: each is sampled from a DP release (its synthesizer's noise and "
-              "sampling from OS entropy), decoded to the spec's types and bounds (public)"]
-    if config.missing == "in_release":
+          counts: dict | None, columns: list[str]) -> dict:
+    in_release = config.missing == "in_release"
+    covers = ["every synthetic table in this bundle is sampled from a DP release (its synthesizer's noise and "
+              "sampling from OS entropy) and decoded to the spec's types and bounds (public)"]
+    if in_release:
         covers.append("missing values: each attribute's missingness was learned inside the release (a 0/1 column per "
                       "attribute, missing values replaced by a public placeholder), and the tables were imputed "
                       "afterwards by MICE fitted on themselves (post-processing)")
     covers.append("the split into training and held-out patients: a hash of each patient alone (its id, or its "
-                  "record in a table without ids), so no patient moves another between them")
+                  "record's values in a table without ids), so no patient moves another between them")
     if counts is not None:
-        covers.append(f"the row count ({counts['source']})")
+        covers.append(f"the patient counts the plans and the tables' size were built from ({counts['source']})")
     covers.append("the unit is one patient (a row of the table) under add/remove-one neighbours")
-    not_covered = ["the run's internal report: its utility and fidelity numbers compare the synthetic tables with "
-                   "the real patients exactly and stay in the hospital",
+    not_covered = ["the run's internal report: its utility, fidelity and membership-inference numbers compare the "
+                   "synthetic tables with the real patients exactly and stay in the hospital",
                    "other releases from the same table (other runs, the non-private flow): the hospital's privacy "
                    "ledger composes them all",
                    "the spec (columns, bounds, categories) and the settings, which are public by assumption",
-                   "which records validation quarantined: a record-level rule on each record's own values"]
+                   "validation's quarantine: a rule on each record's own values, except that a duplicated record is "
+                   "quarantined in every copy (a patient identical to another removes both) and a delivery with too "
+                   "large a quarantined share stops the run"]
+    if not in_release:
+        not_covered.insert(0, "the training data: MICE imputations fitted on all training patients before the "
+                              "synthesizers saw them, and the columns kept by the training patients' missingness "
+                              "(synthesis.missing: mice_first, the papers' order): one patient moves the others' "
+                              "imputations, so the tables are not DP end to end")
+    summary = f"{len(tables)} DP release(s) of the {spec.name} table by privehr " \
+              f"({', '.join(sorted({t['synthesizer'] for t in tables}))}); " + (
+                  "every number in this bundle is public or differentially private." if in_release else
+                  "trained on MICE imputations of the real patients (the papers' order): NOT DP end to end.")
     return {"kind": "synthetic tables", "title": f"synthetic {spec.name} tables", "privacy": {
                 "guarantee": guarantee, "releases": total["releases"], "delta": total["delta"],
                 "epsilon_prv": total["epsilon_prv"], "epsilon_rdp": total["epsilon_rdp"],
                 "epsilon_pld": total["epsilon_pld"], "covers": covers, "not_covered": not_covered},
-            "summary": f"{len(tables)} DP release(s) of the {spec.name} table by privehr "
-                       f"({', '.join(sorted({t['synthesizer'] for t in tables}))}); every number in this bundle is "
-                       "public or differentially private.",
-            "table": {"spec": spec.name, "attributes": [a.name for a in spec.attributes],
+            "summary": summary,
+            "table": {"spec": spec.name, "attributes": columns,
                       "derived": [d.name for d in spec.derived], "missing": config.missing},
             "counts": counts, "tables": tables,
             "intended_use": ["exploration, method development and teaching on data shaped like the source table; "

@@ -86,10 +86,13 @@ def test_report_ledger_artifacts_and_untouched_input(synthesis_run):
     assert (run_dir / "utility_vs_budget.png").stat().st_size > 0
     assert (run_dir / "intermediate" / "marginals.png").exists() and not (run_dir / "marginals.png").exists()
     entries = [e for e in read_ledger(config.privacy.ledger_path) if e.status == "released"]
-    assert len(entries) == 3 and sum(e.mechanism == "dp_sgd" for e in entries) == 2
+    # the flows, and the noisy patient counts their plans were built from (released first, even where the spec
+    # declares the delivery's count public: the training count after quarantine and split is private)
+    assert len(entries) == 4 and sum(e.mechanism == "dp_sgd" for e in entries) == 2
+    assert [e.what for e in entries if e.mechanism == "dp"] == ["patient count"]
     (total,) = ledger_totals(config.privacy.ledger_path)
     assert not total.dp and total.epsilon is None and total.epsilon_dp > 5.0  # mu 2 and epsilon 5 compose
-    assert total.pending == 0 and total.releases == 3
+    assert total.pending == 0 and total.releases == 4
     assert hashlib.sha256(table.read_bytes()).hexdigest() == digest
 
     async def keys():
@@ -113,7 +116,8 @@ def test_a_run_over_the_tables_budget_trains_nothing(tmp_path):
         synthesize_ehr(config, "cpu")
     run_dir = tmp_path / "a" / "over"
     assert json.loads((run_dir / "privacy_budget.json").read_text())["epsilon_dp_after_run"] > 5.0
-    assert not (run_dir / "releases").exists() and Path(config.privacy.ledger_path).read_text() == ""
+    assert not (run_dir / "releases").exists()  # no flow trained; only the counts its plans needed were spent
+    assert [e.what for e in read_ledger(config.privacy.ledger_path) if e.status == "released"] == ["patient count"]
 
 
 def test_a_private_patient_count_reaches_the_tables_only_with_noise(tmp_path):

@@ -13,7 +13,7 @@ from privehr.tasks.impute import impute_ehr
 def test_harrod_mice_yields_five_complete_datasets_within_bounds(harrod, tmp_path):
     config = EHRPrepareConfig(path=harrod, mice={"m": 5, "max_iter": 4, "trace": True})
     summary = json.loads(Path(impute_ehr.fn(config, str(tmp_path))).read_text())
-    assert summary["patients"] == {"train": 61, "test": 21}  # each patient's split is a hash of its record
+    assert summary["patients"] == {"train": 69, "test": 13}  # each patient's split is a hash of its record
     assert summary["m"] == 5 and summary["missing_after"] == 0 and summary["within_bounds"]
     assert len(summary["attributes"]) == 19 and summary["derived"] == ["mean_pap", "hypertensive"]
     assert set(summary["convergence"]["rhat"]) == {c for c, n in summary["missing_before"]["train"].items() if n}
@@ -23,7 +23,7 @@ def test_harrod_mice_yields_five_complete_datasets_within_bounds(harrod, tmp_pat
     for i in range(5):
         train = pd.read_csv(tmp_path / "intermediate" / "imputed" / f"train_{i}.csv", index_col=0)
         test = pd.read_csv(tmp_path / "intermediate" / "imputed" / f"test_{i}.csv", index_col=0)
-        assert train.shape == (61, 21) and test.shape == (21, 21)
+        assert train.shape == (69, 21) and test.shape == (13, 21)
         for frame in (train, test):
             assert not frame.isna().any().any()
             for c in summary["attributes"]:
@@ -32,7 +32,7 @@ def test_harrod_mice_yields_five_complete_datasets_within_bounds(harrod, tmp_pat
             assert ((mean_pap > 20).astype(int) == frame["hypertensive"]).all()
         train_ids |= set(train.index)
         assert not set(train.index) & set(test.index)  # whole patients on one side
-    assert len(train_ids) == 61  # the same split for every imputation
+    assert len(train_ids) == 69  # the same split for every imputation
     pooled = summary["pooled_train"]["mean_pap"]
     assert 10 < pooled["estimate"] < 50 and 0 <= pooled["fraction_missing_information"] < 1
 
@@ -67,3 +67,19 @@ def test_the_missingness_rule_is_decided_on_training_patients_only(tmp_path):
     assert decisions["drop_decided_on"] == "training patients"
     assert "cvp" in decisions["dropped_attributes"] and "cvp" not in summary["attributes"]
     assert "cvp" not in decisions["dropped_on_whole_delivery"]  # the whole table would have kept it
+
+
+def test_a_patients_split_key_is_its_own_record_whatever_the_others_hold():
+    """In a table without ids the split hashes each record's own values: another patient with a missing value (which
+    turns an integer column into floats) or with the only value of an otherwise empty attribute changes no one
+    else's key (a review found int64 80 and float64 80.0 hashed apart: one patient moved every other)."""
+    from privehr.core.specs import EHRTableSpec
+    from privehr.tasks.impute import _split_keys
+
+    spec = EHRTableSpec(name="t", attributes=[{"name": "hr"}, {"name": "bp"}, {"name": "sex", "kind": "binary"}])
+    alone = _split_keys(pd.DataFrame({"hr": [80, 90], "sex": [0, 1]}, index=["p1", "p2"]), spec)
+    with_one_more = _split_keys(pd.DataFrame({"hr": [80.0, 90.0, None], "bp": [None, None, 120.0],
+                                              "sex": [0.0, 1.0, None]}, index=["p1", "p2", "p3"]), spec)
+    assert alone.tolist() == with_one_more.iloc[:2].tolist() and alone.iloc[0] != alone.iloc[1]
+    ids = EHRTableSpec(name="t", id_column="pid", attributes=[{"name": "hr"}])
+    assert _split_keys(pd.DataFrame({"hr": [1.0]}, index=["A7"]), ids).tolist() == ["A7"]
