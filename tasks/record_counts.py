@@ -29,7 +29,7 @@ from privehr.models.privacy.ledger import LedgerEntry
 from privehr.models.privacy.noisy_count import noisy_count
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import GaussianPlan, Reserved
-from privehr.tasks.release_budget import pipeline_dataset_id, reserve_planned
+from privehr.tasks.release_budget import check_delta, pipeline_dataset_id, reserve_planned
 from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
 
@@ -43,6 +43,10 @@ def check_preprocessing_budget(run_dir: str, config: PipelineConfig) -> dict[str
     """Reserve the record counts (``release.record_count: dp``) and the featurizer's DP statistics
     (``release.featurizer: dp``); raise if the budget would be exceeded. Returns what it reserved by key."""
     release, privacy, run = config.release, config.privacy, RunLayout(run_dir)
+    # a delta of 1/n or more is refused before anything is spent: checked here on the exact training stays (a
+    # refusal to start, seen by the operator who holds the data; nothing leaves the hospital), and again on the
+    # released counts the plans are built from (check_privacy_budget)
+    check_delta(privacy.delta, read_summary(run_dir, "split_summary").stays("train"))
     # a resumed run reuses what its earlier attempt released (recorded then): the counts, and DP statistics
     counted = config.resume and run.record_counts.exists()
     described = config.resume and run.featurizer.exists() and json.loads(run.featurizer.read_text()).get("release")
