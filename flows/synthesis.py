@@ -16,6 +16,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from privehr.models.device import resolve_device
 from privehr.core.config import SynthesisConfig
+from privehr.core.specs import load_ehr_spec
 from privehr.tasks.compute import CONCURRENT_FITS
 from privehr.tasks.impute import impute_ehr
 from privehr.tasks.release_budget import check_synthesis_budget
@@ -35,6 +36,7 @@ __all__ = ["synthesize_ehr"]
 @private_run  # umask 077: every file of the run owner-only
 def synthesize_ehr(config: SynthesisConfig = SynthesisConfig(), device: str = "auto") -> dict:
     """Synthesise ``config.path`` with each synthesizer over the budget grid; return the report summary."""
+    config = config.for_spec(load_ehr_spec(config.spec))  # the default synthesizers depend on the table's types
     check_synthesis_inputs(config)  # a wrong target or a missing bound: refused before anything is read or spent
     run_dir = create_run_directory(config)
     with run_lock(run_dir):

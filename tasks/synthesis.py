@@ -140,6 +140,7 @@ def check_synthesis_inputs(config: SynthesisConfig) -> None:
     """Refuse, before any record is read or any budget spent, what would fail after training: targets the table
     lacks, a column a synthesizer cannot scale or bin (no bounds), a baseline whose library is missing."""
     spec = load_ehr_spec(config.spec)
+    config = config.for_spec(spec)
     check_targets(spec, *config.targets(spec))
     needs_bounds = [s for s in config.synthesizers if create_synthesizer(s, config).needs_bounds()]
     if needs_bounds:
@@ -149,8 +150,8 @@ def check_synthesis_inputs(config: SynthesisConfig) -> None:
             raise InputError(f"{spec.name}: {err} (needed by {', '.join(needs_bounds)})") from None
     marginal = [s for s in config.synthesizers if create_synthesizer(s, config).needs_baselines]
     if marginal and not marginal_available():
-        raise InputError(f"the baselines {', '.join(marginal)} need private-pgm (mbi >= 2): pip install "
-                         "'privehr[baselines]', or leave them out of synthesizers")
+        raise InputError(f"{', '.join(marginal)} need private-pgm (mbi >= 2), a dependency of privehr: reinstall "
+                         "privehr (pip install -e .), or choose synthesizers: [maf]")
 
 
 def check_synthesis_table(config: SynthesisConfig) -> None:

@@ -68,7 +68,7 @@ def synthesis_results(record_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFra
     return tables, releases
 
 
-SYNTHESIZER_ORDER = ("maf", "hflow", "aim", "mst")
+SYNTHESIZER_ORDER = ("maf", "hflow", "aim", "aim_dyadic", "mst")
 
 
 def _budget_order(labels) -> list[str]:
@@ -265,7 +265,8 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
             "mean_tstr_auroc_by_budget": {b: float(v) for b, v in raw_accuracy(results, "tstr_auroc").items()}}
 
 
-SYNTHESIZER_NAMES = {"maf": "DP-NF (MAF)", "hflow": "DP-HFlow", "aim": "AIM", "mst": "MST"}
+SYNTHESIZER_NAMES = {"maf": "DP-NF (MAF)", "hflow": "DP-HFlow", "aim": "AIM", "aim_dyadic": "AIM + dyadic bins",
+                     "mst": "MST"}
 
 
 def _marginal_figures(run_dir: Path, results: pd.DataFrame, train: pd.DataFrame, summary: ImputationSummary,

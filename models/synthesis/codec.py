@@ -176,13 +176,17 @@ class TableCodec:
                 out[:, j] = np.clip(np.searchsorted(self.bin_edges(c, bins), v, side="right") - 1, 0, bins - 1)
         return out
 
-    def undiscretise(self, codes: np.ndarray, bins: int, rng: np.random.Generator) -> pd.DataFrame:
-        """Frame units from :meth:`discretise`'s codes: a continuous value uniform within its bin (then decoded)."""
+    def undiscretise(self, codes: np.ndarray, bins: int, rng: np.random.Generator,
+                     within=None) -> pd.DataFrame:
+        """Frame units from :meth:`discretise`'s codes: a continuous value uniform within its bin (then decoded), or
+        ``within(column, bin codes)`` where given (values in frame units within those bins)."""
         values = {}
         for j, c in enumerate(self.columns):
             k = codes[:, j].astype(float)
             if c.cardinality is not None:
                 values[c.name] = self._values(c, k)
+            elif within is not None:
+                values[c.name] = within(c, codes[:, j].astype(np.int64))
             else:
                 edges = self.bin_edges(c, bins)
                 values[c.name] = edges[k.astype(int)] + rng.random(len(k)) * (edges[1] - edges[0])

@@ -611,7 +611,7 @@ def _check_codes(codes, domain) -> tuple[np.ndarray, tuple[int, ...]]:
 
 def synthesize_marginal(mechanism: str, codes: np.ndarray, domain: Sequence[int], epsilon: float,
                         delta: float, rows: int | None, rng: np.random.Generator, *,
-                        keep_noisy: bool = False, **options) -> tuple[np.ndarray, dict]:
+                        keep_noisy: bool = False, rho: float | None = None, **options) -> tuple[np.ndarray, dict]:
     """Synthetic codes (rows x d) from ``codes`` (n x d) by AIM or MST at (epsilon, delta)-DP.
 
     ``rng`` draws all DP noise and selections: pass a generator seeded from OS entropy (never one
@@ -620,7 +620,9 @@ def synthesize_marginal(mechanism: str, codes: np.ndarray, domain: Sequence[int]
     DP estimate of n). The info dict records the mechanism, epsilon, delta, the zCDP rho they
     convert to, the rho spent and its ledger (every measurement's clique and sigma, every
     selection's epsilon and choice), the selected cliques and the mbi and JAX versions; with
-    ``keep_noisy`` also the noisy marginals measured (DP outputs, for checks).
+    ``keep_noisy`` also the noisy marginals measured (DP outputs, for checks). ``rho`` spends less than the
+    (epsilon, delta) budget converts to (a caller that spends the rest elsewhere, as the hybrid of
+    :mod:`privehr.models.synthesis.within_bin` does); it may not exceed it.
     """
     spec = MARGINAL_MECHANISMS[mechanism]  # an unknown name: ValueError naming the known ones
     unknown = set(options) - set(spec.defaults)
@@ -631,7 +633,11 @@ def synthesize_marginal(mechanism: str, codes: np.ndarray, domain: Sequence[int]
     if rows is not None and int(rows) < 1:
         raise ValueError("rows must be >= 1 (or None for the model's estimate of n)")
     codes, domain = _check_codes(codes, domain)
-    rho = cdp_rho(epsilon, delta)
+    budget_rho = cdp_rho(epsilon, delta)
+    if rho is None:
+        rho = budget_rho
+    elif not 0 < rho <= budget_rho:
+        raise ValueError(f"rho {rho!r} must be positive and at most the budget's {budget_rho!r}")
     mbi = _mbi()
     import jax
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from privehr.models.privacy.zcdp import cdp_rho
 from privehr.models.synthesis.marginal import synthesize_marginal
+from privehr.models.synthesis.within_bin import measure_dyadic, sample_within_bins
 from privehr.models.privacy.ledger import LedgerEntry
 from privehr.models.synthesis.codec import TableCodec
 from privehr.models.synthesis.synthesizers import SynthesisMethod, Synthesized, register_synthesizer
 
-__all__ = ["MarginalSynthesizer", "AIM", "MST"]
+__all__ = ["MarginalSynthesizer", "AIM", "MST", "AIMDyadic"]
 
 
 class MarginalSynthesizer(SynthesisMethod):
@@ -35,17 +37,32 @@ class MarginalSynthesizer(SynthesisMethod):
         bins = config.marginal.bins
         codes = codec.discretise(data.train[data.attributes], bins)
         options = self.options()
-        synthetic_codes, info = synthesize_marginal(self.name, codes, codec.domain(bins), budget.value,
-                                                    config.privacy.delta, data.rows * config.releases,
-                                                    noise.numpy_generator("measurements"), **options)
+        rng = noise.numpy_generator("measurements")
+        rho = cdp_rho(budget.value, config.privacy.delta)
+        within, extra = self.within_bins(codec, data.train[data.attributes], bins, rho, rng)
+        synthetic_codes, info = synthesize_marginal(self.mechanism, codes, codec.domain(bins), budget.value,
+                                                    config.privacy.delta, data.rows * config.releases, rng,
+                                                    rho=rho - extra.get("rho", 0.0), **options)
         post = np.random.default_rng(data.seed)  # within-bin draws: post-processing of the release, public seed
-        tables = [codec.undiscretise(part, bins, post) for part in np.array_split(synthetic_codes, config.releases)]
+        sample = None if within is None else (lambda column, coarse: within(column, coarse, post))
+        tables = [codec.undiscretise(part, bins, post, sample)
+                  for part in np.array_split(synthetic_codes, config.releases)]
         release = {"mechanism": self.name, "noise_source": noise.kind, "epsilon": budget.value,
                    "delta": config.privacy.delta, "epsilon_prv": None,
-                   **{k: v for k, v in info.items() if k in ("rho", "mbi_version", "selected")}}
+                   **{k: v for k, v in info.items() if k in ("rho", "mbi_version", "selected")},
+                   **({"within_bins": extra} if extra else {})}
         return Synthesized(self.entry(job, plan, noise.guarantee), noise.guarantee, tables, release, None,
                            {"kind": "bounds (bins)", "inside_guarantee": True},
                            {"synthesizer": self.name, "bins": bins, **options})
+
+    @property
+    def mechanism(self) -> str:
+        """The marginal mechanism of :func:`synthesize_marginal` this synthesizer runs."""
+        return self.name
+
+    def within_bins(self, codec, train, bins, rho, rng):
+        """(sampler of continuous values within bins or None, its record with the rho it spent): uniform here."""
+        return None, {}
 
 
 @register_synthesizer
@@ -59,3 +76,34 @@ class AIM(MarginalSynthesizer):
 @register_synthesizer
 class MST(MarginalSynthesizer):
     name, what = "mst", "MST synthetic data"
+
+
+@register_synthesizer
+class AIMDyadic(AIM):
+    """AIM on the bins plus a DP dyadic histogram of each continuous column for the values within its bins
+    (:mod:`privehr.models.synthesis.within_bin`): ``marginal.within_share`` of the budget's rho goes to the
+    histograms, the rest to AIM; the two compose in zCDP to the release's (epsilon, delta)."""
+
+    name, what = "aim_dyadic", "AIM synthetic data with DP values within bins"
+
+    @property
+    def mechanism(self) -> str:
+        return "aim"
+
+    def within_bins(self, codec, train, bins, rho, rng):
+        settings = self.config.marginal
+        continuous = codec.continuous
+        if not continuous:  # nothing is binned: all of the budget goes to AIM
+            return None, {}
+        levels, share = settings.within_levels, settings.within_share
+        fine = np.column_stack([codec.discretise(train, bins * 2 ** levels)[:, codec.columns.index(c)]
+                                for c in continuous])
+        histograms = measure_dyadic(fine, bins, levels, share * rho, rng)
+        index = {c.name: j for j, c in enumerate(continuous)}
+
+        def within(column, coarse, post):
+            return sample_within_bins(histograms, index[column.name], coarse, column.low, column.high, post,
+                                      settings.within_stop)
+
+        return within, {"rho": histograms.rho, "sigma": histograms.sigma, "levels": levels,
+                        "columns": [c.name for c in continuous]}

@@ -64,7 +64,7 @@ class Synthesized:
 class SynthesisMethod(ABC):
     name: ClassVar[str]
     what: ClassVar[str]            # the ledger's description of a release
-    #: needs the optional ``privehr[baselines]`` install (private-pgm)
+    #: needs private-pgm (mbi): a dependency since aim_dyadic became a default, missing from older installs
     needs_baselines: ClassVar[bool] = False
 
     def __init__(self, config: SynthesisConfig, device: str = "cpu", progress=None):

@@ -165,7 +165,7 @@ def test_a_wrong_target_is_one_line_before_anything_is_read_or_spent(own_table, 
 @pytest.fixture(scope="module")
 def synthesized(own_table):
     root, table, spec_path, digest = own_table
-    synthesizers = ["maf", "hflow"] + (["aim", "mst"] if marginal_available() else [])
+    synthesizers = ["maf", "hflow"] + (["aim", "mst", "aim_dyadic"] if marginal_available() else [])
     config = root / "synthesis.yaml"
     config.write_text(yaml.safe_dump({"mice": {"m": 1, "max_iter": 3}, "dpnf": {"blocks": 2, "hidden_size": 16},
                                       "hflow": {"blocks": 2, "hidden_size": 16}, "marginal": {"bins": 8}}))
@@ -215,6 +215,11 @@ def test_every_release_enters_the_ledger_under_artifacts_dir_and_the_report_name
         if name in synthesizers:
             marginal = [e for e in entries if e.what == f"{name.upper()} synthetic data"]
             assert len(marginal) == 1 and marginal[0].mechanism == "dp" and marginal[0].epsilon == 4
+    if "aim_dyadic" in synthesizers:  # the default for a mixed-type table: one (epsilon, delta) release
+        hybrid = [e for e in entries if e.what == "AIM synthetic data with DP values within bins"]
+        assert len(hybrid) == 1 and hybrid[0].mechanism == "dp" and hybrid[0].epsilon == 4
+        within = json.loads((run_dir / "releases" / "aim_dyadic-imp0-epsilon4-run0.json").read_text())
+        assert "within_bins" in json.dumps(within)
     report = (run_dir / "report.md").read_text()
     assert "TSTR panel, died" in report and "hypertension" not in report and "PAP" not in report
     record = json.loads((run_dir / "releases" / "hflow-imp0-epsilon4-run0.json").read_text())

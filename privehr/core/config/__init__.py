@@ -23,7 +23,7 @@ from privehr.core.config.privacy import PrivacyConfig, _default_ledger, _ledger_
 from privehr.core.config.data import DEFAULT_PAGES_PORT, DataConfig, PagesConfig, StewardConfig, ValidationConfig
 from privehr.core.config.synthesis import (MARGINAL_SYNTHESIZERS, Budget, DPNFConfig, EHRPrepareConfig, HFlowConfig,
                                            MarginalConfig, MICEConfig, StaticImputationConfig, SynthesisConfig,
-                                           SynthesisMICEConfig, Synthesizer)
+                                           SynthesisMICEConfig, Synthesizer, default_synthesizers)
 from privehr.core.config.training import (Cell, DPSGDConfig, DPSGDSettings, EvaluationConfig, ExpMNFConfig,
                                           GRUDConfig, NonPrivateConfig, NonPrivateSettings, SplitConfig,
                                           TrainingConfig)
@@ -35,7 +35,7 @@ from privehr.core.config.profiles import BRIDGES_2023_EPSILONS, DEMO_SYNTHESIS, 
 __all__ = ["Label", "Model", "Method", "AuditedMethod", "Loss", "DPSGDClipping", "FineGrainedClipping",
            "PositiveFloat", "RunId", "RUN_ID_PATTERN", "PrivacyConfig", "DataConfig", "ValidationConfig", "PagesConfig", "DEFAULT_PAGES_PORT",
            "StewardConfig", "MICEConfig", "StaticImputationConfig", "EHRPrepareConfig", "DPNFConfig", "HFlowConfig",
-           "MarginalConfig", "Synthesizer", "MARGINAL_SYNTHESIZERS", "SynthesisMICEConfig", "Budget",
+           "MarginalConfig", "Synthesizer", "default_synthesizers", "MARGINAL_SYNTHESIZERS", "SynthesisMICEConfig", "Budget",
            "SynthesisConfig", "SplitConfig", "NonPrivateSettings", "NonPrivateConfig", "DPSGDSettings",
            "DPSGDConfig", "ExpMNFConfig", "GRUDConfig", "Cell", "TrainingConfig", "EvaluationConfig",
            "VersioningConfig", "PipelineConfig", "ReleaseConfig", "FeaturizerSource", "RecordCount", "ScoringConfig", "AuditConfig", "BRIDGES_2023_EPSILONS", "DEMO_SYNTHESIS",
