@@ -142,6 +142,9 @@ def check_synthesis_inputs(config: SynthesisConfig) -> None:
     spec = load_ehr_spec(config.spec)
     config = config.for_spec(spec)
     check_targets(spec, *config.targets(spec))
+    if not config.jobs():
+        raise InputError(f"no release to make: {', '.join(config.synthesizers)} take epsilon budgets only and none is "
+                         "set; add --epsilon, or choose synthesizers that take mu or non-private budgets (maf, hflow)")
     needs_bounds = [s for s in config.synthesizers if create_synthesizer(s, config).needs_bounds()]
     if needs_bounds:
         try:

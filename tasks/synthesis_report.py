@@ -206,7 +206,8 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
                   "The DP guarantee covers each release's use of the imputed training patients: ")
                  + "a flow's DP-SGD "
                  "training (PRV epsilon; RDP and PLD alongside, and the GDP mu, whose CLT can underestimate), and AIM's "
-                 "or MST's noisy marginals (zCDP converted to (epsilon, delta)); noise and sampling come "
+                 "or MST's noisy marginals (with aim_dyadic also the noisy dyadic histograms of values within bins; "
+                 "zCDP converted to (epsilon, delta)); noise and sampling come "
                  "from OS entropy and are never stored. "
                  + (f"Releases marked {', '.join(not_dp)} have no guarantee. " if not_dp else "")
                  + ("Releases marked weak have an epsilon above privacy.epsilon_ceiling (allowed by "

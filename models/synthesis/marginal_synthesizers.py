@@ -12,6 +12,7 @@ import numpy as np
 
 from privehr.models.privacy.zcdp import cdp_rho
 from privehr.models.synthesis.marginal import synthesize_marginal
+from privehr.models.synthesis.missingness import indicator
 from privehr.models.synthesis.within_bin import measure_dyadic, sample_within_bins
 from privehr.models.privacy.ledger import LedgerEntry
 from privehr.models.synthesis.codec import TableCodec
@@ -50,7 +51,7 @@ class MarginalSynthesizer(SynthesisMethod):
         release = {"mechanism": self.name, "noise_source": noise.kind, "epsilon": budget.value,
                    "delta": config.privacy.delta, "epsilon_prv": None,
                    **{k: v for k, v in info.items() if k in ("rho", "mbi_version", "selected")},
-                   **({"within_bins": extra} if extra else {})}
+                   **({"within_bins": extra, "rho_total": rho, "rho_aim": info["rho"]} if extra else {})}
         return Synthesized(self.entry(job, plan, noise.guarantee), noise.guarantee, tables, release, None,
                            {"kind": "bounds (bins)", "inside_guarantee": True},
                            {"synthesizer": self.name, "bins": bins, **options})
@@ -96,8 +97,12 @@ class AIMDyadic(AIM):
         if not continuous:  # nothing is binned: all of the budget goes to AIM
             return None, {}
         levels, share = settings.within_levels, settings.within_share
-        fine = np.column_stack([codec.discretise(train, bins * 2 ** levels)[:, codec.columns.index(c)]
-                                for c in continuous])
+        codes = codec.discretise(train, bins * 2 ** levels)
+        fine = []
+        for c in continuous:  # observed values only: a placeholder standing in for a missing one is not a value
+            column = codes[:, codec.columns.index(c)]
+            missing = indicator(c.name)
+            fine.append(column[train[missing].to_numpy() == 0] if missing in train.columns else column)
         histograms = measure_dyadic(fine, bins, levels, share * rho, rng)
         index = {c.name: j for j, c in enumerate(continuous)}
 

@@ -1,5 +1,5 @@
 """The synthesizer interface and its registry: one class per way of making synthetic tables from a table's
-training patients (``synthesis.synthesizers``: maf, hflow, aim, mst).
+training patients (``synthesis.synthesizers``: maf, hflow, aim, mst, aim_dyadic).
 
 A :class:`SynthesisMethod` is configured by the synthesis settings and says what the budget check and the
 ``synthesize`` task need: the plan of a job's release and its ledger entry, known before anything is trained;

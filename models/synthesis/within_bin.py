@@ -30,6 +30,10 @@ differentially private histograms through consistency", VLDB 2010 (there with La
 step, here with Gaussian noise, the stopping rule above and no consistency step); the split of a budget between a
 marginal method and a within-bin model follows the hybrid issue 28 proposed.
 
+A value that was missing and stands in as the public placeholder (``synthesis.missing: in_release``) is left out of
+its column's histograms (the caller passes the observed records only): the placeholder sits on a bin edge, and
+counting it would pile synthetic observed values onto it. Leaving records out changes no sensitivity.
+
 Not covered: the within-bin value of a row depends on its bin only (not on its other columns: the marginal
 method's joint carries the dependence between bins, and within a bin the columns are independent); bounded
 ("replace one record") neighbours would double rho_w.
@@ -68,21 +72,21 @@ class DyadicHistograms:
     counts: tuple[tuple[np.ndarray, ...], ...]
 
 
-def measure_dyadic(fine: np.ndarray, bins: int, levels: int, rho: float,
-                   rng: np.random.Generator) -> DyadicHistograms:
-    """Measure every level of every column of ``fine`` (n x m ints, each a record's cell at the finest level,
-    0 .. bins * 2**levels - 1) with Gaussian noise at ``rho``-zCDP in all; ``rng`` draws the noise (OS entropy for a
-    DP release)."""
-    fine = np.asarray(fine)
-    if fine.ndim != 2 or fine.shape[1] < 1:
-        raise ValueError("fine must be n x m with m >= 1 continuous columns")
+def measure_dyadic(fine, bins: int, levels: int, rho: float, rng: np.random.Generator) -> DyadicHistograms:
+    """Measure every level of every column of ``fine`` with Gaussian noise at ``rho``-zCDP in all; ``rng`` draws the
+    noise (OS entropy for a DP release). ``fine`` is an n x m int array or a list of m 1-D int arrays (a column's
+    records may be a subset, e.g. those whose value was observed): each value a record's cell at the finest level,
+    0 .. bins * 2**levels - 1. A record adds at most one cell per level per column either way."""
+    columns = [np.asarray(c) for c in (list(np.asarray(fine).T) if isinstance(fine, np.ndarray) else fine)]
+    if not columns or any(c.ndim != 1 for c in columns):
+        raise ValueError("fine must be n x m, or a list of m >= 1 one-dimensional arrays")
     cells = bins * 2 ** levels
-    if fine.size and (fine.min() < 0 or fine.max() >= cells):
+    if any(c.size and (c.min() < 0 or c.max() >= cells) for c in columns):
         raise ValueError(f"fine codes must lie in 0 .. {cells - 1}")
-    sigma = dyadic_sigma(fine.shape[1], levels, rho)
+    sigma = dyadic_sigma(len(columns), levels, rho)
     counts = []
-    for j in range(fine.shape[1]):
-        exact = np.bincount(fine[:, j].astype(np.int64), minlength=cells).astype(float)
+    for column in columns:
+        exact = np.bincount(column.astype(np.int64), minlength=cells).astype(float)
         per_level = []
         for level in range(levels, 0, -1):  # finest first; each coarser level sums pairs of the one below
             per_level.append(exact + _gaussian(rng, sigma, exact.size))

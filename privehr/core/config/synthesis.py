@@ -117,9 +117,11 @@ MARGINAL_SYNTHESIZERS = ("aim", "mst", "aim_dyadic")
 
 
 def default_synthesizers(spec) -> list[str]:
-    """aim_dyadic for a spec with a discrete (binary, categorical, ordinal) attribute, maf for an all-numeric one:
-    on mixed-type clinical tables the flows lost to AIM, and aim_dyadic matched AIM within one SD on most metrics of
-    the tables it was not tuned on, with a lower KS where bins are heavy (bench/README.md)."""
+    """aim_dyadic for a spec with a discrete (binary, categorical, ordinal) attribute, maf for an all-numeric one (and
+    for a run with no epsilon budget, :meth:`SynthesisConfig.for_spec`; aim_dyadic takes epsilon budgets only):
+    on mixed-type clinical tables the flows lost to AIM on tau RMSE and discrete TV, and aim_dyadic was within one SD
+    of AIM or better on 26 of 30 comparisons on the tables it was not tuned on, with a lower KS where bins are heavy;
+    what it loses against the MAF on small tables at epsilon 1 is in bench/README.md."""
     discrete = any(a.kind in ("binary", "categorical", "ordinal") for a in spec.attributes)
     return ["aim_dyadic"] if discrete else ["maf"]
 
@@ -181,9 +183,10 @@ class SynthesisConfig(EHRPrepareConfig):
         None, min_length=1,
         description="maf: DP-NF (Su et al. 2023); hflow: DP-HFlow (Lee et al. 2022, mixed types); aim, mst: "
                     "marginal-based (McKenna et al.); aim_dyadic: AIM plus DP values within its bins (the marginal "
-                    "ones take epsilon budgets only). Default: aim_dyadic for a table with a binary, categorical or "
-                    "ordinal attribute (it matched or beat AIM on clinical tables it was not tuned on; "
-                    "bench/mixed_type_synthesis.py), maf for an all-numeric one")
+                    "ones take epsilon budgets only: mus and non_private make no release of theirs). Default: "
+                    "aim_dyadic for a table with a binary, categorical or ordinal attribute (within one SD of AIM or "
+                    "better on 26 of 30 comparisons on clinical tables it was not tuned on; "
+                    "bench/mixed_type_synthesis.py), maf for an all-numeric one or a run without epsilon budgets")
     hflow: HFlowConfig = HFlowConfig()
     marginal: MarginalConfig = MarginalConfig()
     classification_target: str | None = Field(None, description="binary column the utility classifiers predict "
@@ -209,7 +212,10 @@ class SynthesisConfig(EHRPrepareConfig):
         """These settings with ``synthesizers`` chosen for ``spec`` where they were left to the default."""
         if self.synthesizers is not None:
             return self
-        return self.model_copy(update={"synthesizers": default_synthesizers(spec)})
+        chosen = default_synthesizers(spec)
+        if not self.epsilons and all(s in MARGINAL_SYNTHESIZERS for s in chosen):
+            chosen = ["maf"]  # mu-GDP or non-private budgets only: the marginal synthesizers take none of them
+        return self.model_copy(update={"synthesizers": chosen})
 
     def budgets(self) -> list[Budget]:
         out = [Budget(kind="non_private")] if self.non_private else []
