@@ -36,11 +36,12 @@ class MarginalSynthesizer(SynthesisMethod):
         config, budget = self.config, self.budget(job)
         codec = TableCodec.from_spec(data.spec, data.attributes)
         bins = config.marginal.bins
-        codes = codec.discretise(data.train[data.attributes], bins)
+        train = data.train[data.attributes]
+        codes = codec.discretise(train, bins)
         options = self.options()
         rng = noise.numpy_generator("measurements")
         rho = cdp_rho(budget.value, config.privacy.delta)
-        within, extra = self.within_bins(codec, data.train[data.attributes], bins, rho, rng)
+        within, extra = self.within_bins(codec, train, bins, rho, rng)
         synthetic_codes, info = synthesize_marginal(self.mechanism, codes, codec.domain(bins), budget.value,
                                                     config.privacy.delta, data.rows * config.releases, rng,
                                                     rho=rho - extra.get("rho", 0.0), **options)
@@ -51,7 +52,7 @@ class MarginalSynthesizer(SynthesisMethod):
         release = {"mechanism": self.name, "noise_source": noise.kind, "epsilon": budget.value,
                    "delta": config.privacy.delta, "epsilon_prv": None,
                    **{k: v for k, v in info.items() if k in ("rho", "mbi_version", "selected")},
-                   **({"within_bins": extra, "rho_total": rho, "rho_aim": info["rho"]} if extra else {})}
+                   **({"within_bins": extra, "rho_total": rho} if extra else {})}
         return Synthesized(self.entry(job, plan, noise.guarantee), noise.guarantee, tables, release, None,
                            {"kind": "bounds (bins)", "inside_guarantee": True},
                            {"synthesizer": self.name, "bins": bins, **options})

@@ -122,8 +122,7 @@ def default_synthesizers(spec) -> list[str]:
     on mixed-type clinical tables the flows lost to AIM on tau RMSE and discrete TV, and aim_dyadic was within one SD
     of AIM or better on 26 of 30 comparisons on the tables it was not tuned on, with a lower KS where bins are heavy;
     what it loses against the MAF on small tables at epsilon 1 is in bench/README.md."""
-    discrete = any(a.kind in ("binary", "categorical", "ordinal") for a in spec.attributes)
-    return ["aim_dyadic"] if discrete else ["maf"]
+    return ["aim_dyadic"] if any(a.discrete for a in spec.attributes) else ["maf"]
 
 
 class SynthesisMICEConfig(MICEConfig):
