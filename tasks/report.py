@@ -37,6 +37,10 @@ PRIVACY_NOTE = ("epsilon of each DP-SGD release at delta = {delta} by three acco
                 "eps~, a training parameter of the flow; no DP guarantee is proven (auroc_median: median over the "
                 "flow's draws, each a candidate release; auroc_bayes: posterior-predictive average; auroc_map: "
                 "highest-utility draw; gap_std: spread of log q - eps~ u / 2s, 0 when the flow equals the mechanism). "
+                "dp_expm_nf rows (ExpM's target fitted by DP-SGD): target_epsilon is the release's epsilon, by the same "
+                "plan and accountants as DP-SGD; eps~ (training.dp_expm_nf.temperature) only shapes the target; "
+                "auroc_median is the flow's mean, the classifier a bundle ships; auroc_bayes the posterior-predictive "
+                "average of its draws; gap_std as above, at eps~. "
                 "Not covered by any guarantee: feature statistics fitted on the training split, hyperparameters "
                 "tuned on dev, and the cohort and split counts in this report. Non-private rows have no guarantee.")
 REPRODUCIBLE = ("; EXCEPT in this run: privacy.reproducible_noise seeded them from the configuration, so its DP-SGD "

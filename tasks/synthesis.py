@@ -43,6 +43,7 @@ from privehr.models.synthesis.derived_columns import add_derived
 from privehr.models.synthesis.missingness import (indicator_names, missingness_spec, placeholder, restore_missing,
                                                   with_indicators)
 from privehr.models.synthesis.marginal import marginal_available
+from privehr.models.privacy.gdp import gdp_epsilon
 from privehr.models.privacy.noisy_count import noisy_count
 from privehr.models.privacy.ledger import LedgerEntry, guarantee_label
 from privehr.models.privacy.randomness import NoiseSource, public_seed
@@ -145,6 +146,7 @@ def check_synthesis_inputs(config: SynthesisConfig) -> None:
     if not config.jobs():
         raise InputError(f"no release to make: {', '.join(config.synthesizers)} take epsilon budgets only and none is "
                          "set; add --epsilon, or choose synthesizers that take mu or non-private budgets (maf, hflow)")
+    check_mu_ceiling(config)
     needs_bounds = [s for s in config.synthesizers if create_synthesizer(s, config).needs_bounds()]
     if needs_bounds:
         try:
@@ -155,6 +157,19 @@ def check_synthesis_inputs(config: SynthesisConfig) -> None:
     if marginal and not marginal_available():
         raise InputError(f"{', '.join(marginal)} need private-pgm (mbi >= 2), a dependency of privehr: reinstall "
                          "privehr (pip install -e .), or choose synthesizers: [maf]")
+
+
+def check_mu_ceiling(config: SynthesisConfig) -> None:
+    """A mu-GDP budget whose epsilon at ``privacy.delta`` (mu-GDP's own conversion) is above the ceiling is refused
+    now, before the patient count is spent; the budget check refuses it again from the release's plan."""
+    privacy = config.privacy
+    mus = sorted({job["budget"]["value"] for job in config.jobs() if job["budget"]["kind"] == "mu"})
+    over = [m for m in mus if gdp_epsilon(m, privacy.delta) > privacy.epsilon_ceiling]
+    if over and not privacy.allow_above_ceiling:
+        raise InputError(f"synthesis mu {max(over):g} is epsilon {gdp_epsilon(max(over), privacy.delta):.3g} at delta "
+                         f"{privacy.delta:g}, above privacy.epsilon_ceiling {privacy.epsilon_ceiling:g} (a release there "
+                         "protects almost no one); lower mus, or set privacy.allow_above_ceiling: true to make it "
+                         "anyway (labelled weak)")
 
 
 def check_synthesis_table(config: SynthesisConfig) -> None:

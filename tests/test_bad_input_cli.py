@@ -197,6 +197,9 @@ def _own_table_cases(tmp: Path, run: list[str]) -> dict:
         "ledger_tampered": (synth, table, 2, "tamper check at line 1"),
         # 8. an epsilon far above the ceiling
         "epsilon_1e9": (eps("1e9"), table, 2, "epsilon_ceiling"),
+        # 8b. a mu whose epsilon is above the ceiling: refused before the patient count is spent
+        "mu_above_ceiling": ([x if x != "mst" else "maf" for x in synth] + ["--mu", "6.1"], table, 2,
+                             "epsilon_ceiling"),
         # already handled: epsilon 0, -1, NaN, inf; delta 0, 1, 0.5
         "epsilon_0": (eps("0"), table, 2, "epsilons[1]"),
         "epsilon_negative": (eps("-1"), table, 2, "epsilons[1]"),
@@ -234,6 +237,7 @@ CASES = ["semicolon", "text_labels", "short_stays", "patient_twice", "derived_so
 # this process, one after another, a second each instead of a process and its imports each
 EARLY = ["invalid_yaml", "unwritable_artifacts", "unwritable_ledger", "missing_file", "run_id_dotdot_resume", "run_id_dot", "run_id_dots", "run_id_path", "quarantined_whole", "one_class_target",
          "spec_attribute_twice", "spec_bounds_reversed", "settings_errors", "ledger_tampered", "epsilon_1e9",
+         "mu_above_ceiling",
          "epsilon_0", "epsilon_negative", "epsilon_nan", "epsilon_inf", "delta_0", "delta_1", "csv_empty",
          "csv_header_only", "csv_tab", "csv_utf16", "csv_ragged", "h5_empty", "h5_text", "h5_truncated",
          "h5_keyless", "h5_missing"]

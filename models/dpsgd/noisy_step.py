@@ -14,7 +14,7 @@ from privehr.models.dpsgd.ghost_clipping import clipped_gradient_sum
 from privehr.models.privacy.randomness import NoiseSource, gaussian_noise
 from privehr.models.privacy.release_plan import ReleasePlan
 
-__all__ = ["poisson_indices", "poisson_batch", "set_noised_gradients", "ghost_steps"]
+__all__ = ["poisson_indices", "poisson_batch", "clipped_sum", "set_noised_gradients", "ghost_steps"]
 
 
 def poisson_indices(plan: ReleasePlan, sampler: torch.Generator, records: int) -> torch.Tensor:
@@ -29,6 +29,17 @@ def poisson_indices(plan: ReleasePlan, sampler: torch.Generator, records: int) -
 def poisson_batch(x: torch.Tensor, plan: ReleasePlan, sampler: torch.Generator) -> torch.Tensor:
     """The rows of ``x`` each kept with probability q (``sampler`` is a CPU generator; the batch may be empty)."""
     return x[poisson_indices(plan, sampler, len(x)).to(x.device)]
+
+
+def clipped_sum(grads: dict[str, torch.Tensor], max_norm: float) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """sum_i g_i min(1, C / ||g_i||); a record whose gradient is not finite (a value outside the model's domain,
+    exp overflowing at a noisy iterate) contributes zero, so no record can turn the noised sum into NaN."""
+    norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))
+    finite = torch.isfinite(norms)
+    factor = torch.where(finite, (max_norm / (norms + 1e-6)).clamp(max=1.0), torch.zeros_like(norms))
+    return {k: torch.einsum("b,b...->...", factor, torch.where(finite.view(-1, *[1] * (g.dim() - 1)), g,
+                                                                 torch.zeros_like(g)))
+            for k, g in grads.items()}, norms
 
 
 def set_noised_gradients(sums: dict[torch.nn.Parameter, torch.Tensor], plan: ReleasePlan,

@@ -7,12 +7,16 @@ one record changes the sum by at most 1; the regulariser does not depend on the 
 unbiased estimate (n / B) * sum over a minibatch of B records (the sensitivity bound holds for the
 full sum only). theta (N, D) is unflattened into the module's parameters and the module is called
 with ``torch.func.functional_call`` under ``torch.func.vmap``: one batched program, any architecture.
-A module may offer ``batched_logits(params, *inputs)`` computing the same (N, n) logits with a cheaper
+``loss="bce"`` puts the binary cross-entropy in place of the squared error: a Gibbs density of the logistic
+likelihood, whose sensitivity is unbounded (``sensitivity`` is then infinite), so only a method whose privacy does not
+rest on s (the DP-trained flows of :mod:`privehr.models.expm.dp_trained`) may use it. A module may offer ``batched_logits(params, *inputs)`` computing the same (N, n) logits with a cheaper
 batched product (logistic regression: one GEMM; vmap would copy X per parameter vector); the tests
 check both paths against a per-theta loop.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -33,9 +37,11 @@ class BatchedUtility:
         inputs: the model's positional inputs for the n training records (batch first).
         y: labels in [0, 1].
         l1: weight of the L1 regulariser (data independent).
+        loss: "l2" (the squared error on the sigmoid, s = 1) or "bce" (unbounded s).
     """
 
-    def __init__(self, model: nn.Module, inputs: tuple[torch.Tensor, ...], y: torch.Tensor, l1: float = 0.0):
+    def __init__(self, model: nn.Module, inputs: tuple[torch.Tensor, ...], y: torch.Tensor, l1: float = 0.0,
+                 loss: str = "l2"):
         if any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules()):
             raise ValueError("the utility must be deterministic: remove dropout from the model")
         if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
@@ -50,7 +56,10 @@ class BatchedUtility:
         self.dim = sum(self.sizes)
         self.buffers = dict(model.named_buffers())
         self.inputs, self.y, self.l1, self.n = inputs, y, float(l1), len(y)
-        self.sensitivity = 1.0
+        if loss not in ("l2", "bce"):
+            raise ValueError(f"unknown utility loss {loss!r}: l2 or bce")
+        self.loss = loss
+        self.sensitivity = 1.0 if loss == "l2" else math.inf
 
     def batched_params(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
         """(N, D) parameter vectors as the module's named parameters, each with a leading N axis."""
@@ -74,5 +83,11 @@ class BatchedUtility:
             inputs, y, scale = self.inputs, self.y, 1.0
         else:
             inputs, y, scale = tuple(t[batch] for t in self.inputs), self.y[batch], self.n / len(batch)
-        error = (torch.sigmoid(self.logits(theta, inputs)) - y).pow(2).sum(1)
+        error = self.record_losses(self.logits(theta, inputs), y).sum(1)
         return -scale * error - self.l1 * theta.abs().sum(1)
+
+    def record_losses(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Each record's loss l_i for logits (..., n): (sigmoid - y)^2, or the cross-entropy."""
+        if self.loss == "l2":
+            return (torch.sigmoid(logits) - y).pow(2)
+        return torch.nn.functional.softplus(logits) - y * logits

@@ -49,7 +49,7 @@ from torch.func import functional_call, jacrev, vmap
 
 from privehr.core.inference_config import VIConfig
 from privehr.models.inference.likelihood import Likelihood
-from privehr.models.dpsgd.noisy_step import poisson_batch, set_noised_gradients
+from privehr.models.dpsgd.noisy_step import clipped_sum, poisson_batch, set_noised_gradients
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import ReleasePlan
 from privehr.models.dpsgd.step_history import run_steps
@@ -117,17 +117,6 @@ def per_record_gradients(flow: nn.Module, likelihood: Likelihood, records: torch
     return losses, grads
 
 
-def _clipped_sum(grads: dict[str, torch.Tensor], max_norm: float) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """sum_i g_i min(1, C / ||g_i||); a record whose gradient is not finite (a value outside the model's domain,
-    exp overflowing at a noisy iterate) contributes zero, so no record can turn the noised sum into NaN."""
-    norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))
-    finite = torch.isfinite(norms)
-    factor = torch.where(finite, (max_norm / (norms + 1e-6)).clamp(max=1.0), torch.zeros_like(norms))
-    return {k: torch.einsum("b,b...->...", factor, torch.where(finite.view(-1, *[1] * (g.dim() - 1)), g,
-                                                                 torch.zeros_like(g)))
-            for k, g in grads.items()}, norms
-
-
 def _optimizer(flow: nn.Module, hp: VIHyperparameters):
     params = list(_trainable(flow).values())
     optimizer = (torch.optim.Adam(params, lr=hp.learning_rate) if hp.optimizer == "adam"
@@ -145,7 +134,7 @@ def _dp_steps(flow, likelihood, records, hp, plan: ReleasePlan, noise: NoiseSour
         batch = poisson_batch(records, plan, sampler)
         z = torch.randn(hp.draws, flow.dim, generator=draws, device=device, dtype=records.dtype)
         losses, grads = per_record_gradients(flow, likelihood, batch, z, plan.n, hp.temperature)
-        sums, _ = _clipped_sum(grads, plan.max_grad_norm)
+        sums, _ = clipped_sum(grads, plan.max_grad_norm)
         set_noised_gradients({p: sums[k] for k, p in named.items()}, plan, generator)
         optimizer.step()
         scheduler.step()

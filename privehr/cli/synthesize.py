@@ -20,10 +20,13 @@ def add_synthesize_parser(sub, common: argparse.ArgumentParser) -> None:
     synth.add_argument("--data", type=Path, help="the table (default data/ehr/EHR_dataset.csv)")
     synth.add_argument("--spec", help="spec name or YAML path (default harrod_ehr)")
     synth.add_argument("--config", type=Path, help="YAML of SynthesisConfig settings")
-    synth.add_argument("--mu", type=float, nargs="+", help="mu-GDP budgets (default 6.10 3.92 2.45 1.49; with "
-                                                          "only --epsilon given, none)")
-    synth.add_argument("--epsilon", type=float, nargs="+", help="(epsilon, delta) budgets (default 1 4; with only "
-                                                               "--mu given, none)")
+    defaults = SynthesisConfig.model_fields
+    mus, epsilons = (" ".join(f"{v:g}" for v in defaults[k].get_default(call_default_factory=True))
+                     for k in ("mus", "epsilons"))
+    synth.add_argument("--mu", type=float, nargs="+", help=f"mu-GDP budgets (default {mus}; with only --epsilon "
+                                                          "given, none)")
+    synth.add_argument("--epsilon", type=float, nargs="+", help=f"(epsilon, delta) budgets (default {epsilons}; "
+                                                               "with only --mu given, none)")
     synth.add_argument("--m", type=int, help="MICE imputations")
     synth.add_argument("--runs", type=int, help="flows per imputation and budget")
     synth.add_argument("--releases", type=int, help="synthetic tables per flow")

@@ -20,7 +20,8 @@ from privehr.models.evaluation.mixed_fidelity import is_discrete  # noqa: E402
 __all__ = ["plot_auroc_vs_epsilon", "plot_expm_boxplots", "plot_synthesis_utility", "plot_reliability",
            "plot_subgroup_cost", "marginal_histograms"]
 
-METHOD_LABELS = {"dp_sgd": "DP-SGD", "expm_nf": "ExpM+NF (eps~, no proven DP)"}
+METHOD_LABELS = {"dp_sgd": "DP-SGD", "expm_nf": "ExpM+NF (eps~, no proven DP)",
+                 "dp_expm_nf": "ExpM flow by DP-SGD (mean)"}
 
 
 def _save(fig, path: Path, dpi: int = 120) -> None:

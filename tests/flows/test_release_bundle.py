@@ -34,13 +34,17 @@ from privehr.simulate.severity_simulator import simulate_extract
 from oracles.bundle_numbers import leaves
 
 CELL = "mort_icu-logistic_regression-dp_sgd-bce-eps1"
+EXPM_CELL = "mort_icu-logistic_regression-dp_expm_nf-l2-eps1"  # the DP-trained ExpM flow's mean classifier
+CELLS = sorted([CELL, EXPM_CELL])
 # 600 stays leave about 300 train+dev stays: ceil(n / 200) = 2 for n in (200, 400], so the plan's q and T do not
 # move with the count's noise (sd 13 at epsilon 0.1) but in one run in 10^5. A large evaluation epsilon keeps the
 # DP metrics of a 75-stay test split off the [0, 1] bounds that every run would clip them to alike.
 SETTINGS = {"labels": ["mort_icu"], "data": {"chunk_rows": 4096},
-            "training": {"models": ["logistic_regression"], "methods": ["dp_sgd"], "seeds": 1,
-                         "dp_sgd": {"epochs": 1, "epsilons": [1.0], "batch_size": 200}},
-            "release": {"evaluation_epsilon": 10.0, "evaluation_bins": 10, "interval_resamples": 200},
+            "training": {"models": ["logistic_regression"], "methods": ["dp_sgd", "dp_expm_nf"], "seeds": 1,
+                         "dp_sgd": {"epochs": 1, "epsilons": [1.0], "batch_size": 200},
+                         "dp_expm_nf": {"epochs": 1, "epsilons": [1.0], "batch_size": 200, "eval_samples": 4}},
+            "release": {"evaluation_epsilon": 10.0, "evaluation_bins": 10, "interval_resamples": 200,
+                        "include": ["*-dp_sgd-bce-eps1", "*-dp_expm_nf-l2-eps1"]},
             "versioning": {"dvc": False}, "device": "cpu"}
 
 
@@ -62,7 +66,7 @@ def runs(tmp_path_factory):
                                                 "artifacts_dir": str(tmp / "artifacts"), "run_id": run_id,
                                                 "privacy": {"ledger_path": str(ledger)}})
         summary = pipeline(config)
-        assert summary["release"]["models"] == [CELL]
+        assert sorted(summary["release"]["models"]) == CELLS
         return Path(summary["run_dir"])
 
     same = [run(tmp / "full.h5", name) for name in ("first", "second", "again")]
@@ -107,12 +111,13 @@ def test_predict_from_the_bundle_alone_scores_the_test_stays_as_the_run_did(runs
     monkeypatch.chdir(tmp_path)
     assert main(["predict", "bundle", "--data", str(runs["tmp"] / "full.h5"), "--out", "risks.csv", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["models"] == [CELL] and summary["guarantee"].startswith("DP end to end")
+    assert sorted(summary["models"]) == CELLS and summary["guarantee"].startswith("DP end to end")
     risks = pd.read_csv(tmp_path / "risks.csv").set_index("icustay_id")
     with np.load(run_dir / "intermediate" / "features_test.npz") as test:
         ids = test["icustay_id"]
-    internal = np.load(run_dir / "intermediate" / "predictions" / f"{CELL}-seed0.npy")
-    np.testing.assert_allclose(risks.loc[ids, f"risk_{CELL}"].to_numpy(), internal, rtol=0, atol=1e-6)
+    for cell in CELLS:
+        internal = np.load(run_dir / "intermediate" / "predictions" / f"{cell}-seed0.npy")
+        np.testing.assert_allclose(risks.loc[ids, f"risk_{cell}"].to_numpy(), internal, rtol=0, atol=1e-6)
     assert risks.loc[ids, "in_cohort"].all() and summary["stays"] >= len(ids)
 
 
@@ -122,7 +127,8 @@ def test_the_scoring_flow_scores_from_a_bundle_and_returns_counts_only(runs, tmp
 
     summary = score(ScoringConfig(bundle=runs["same"][1] / "release", data=runs["tmp"] / "full.h5",
                                   out=tmp_path / "scores" / "risks.csv"))
-    assert summary["models"] == [CELL] and summary["stays"] == len(pd.read_csv(tmp_path / "scores" / "risks.csv"))
+    assert sorted(summary["models"]) == CELLS
+    assert summary["stays"] == len(pd.read_csv(tmp_path / "scores" / "risks.csv"))
     assert set(summary) == {"bundle", "data", "out", "stays", "in_cohort", "models", "guarantee"}
 
 
@@ -132,7 +138,7 @@ def test_the_cards_total_is_the_ledgers_composition_of_the_bundles_releases(runs
     manifest = json.loads((bundle / "manifest.json").read_text())
     cited = {r for f in manifest["files"].values() for r in f["releases"]}
     entries = [e for e in read_ledger(runs["ledger"]) if e.release in cited]
-    assert len(entries) == len(cited) == 3  # the model, its DP evaluation, the record counts (public featurizer)
+    assert len(entries) == len(cited) == 5  # two models, their DP evaluations, the record counts (public featurizer)
     assert {e.what for e in entries} == {"final fit", "DP evaluation", "record counts"}
     total = compose_entries(entries, 1e-5)
     privacy = card["privacy"]

@@ -24,8 +24,8 @@ from privehr.core.config.data import DEFAULT_PAGES_PORT, DataConfig, PagesConfig
 from privehr.core.config.synthesis import (MARGINAL_SYNTHESIZERS, Budget, DPNFConfig, EHRPrepareConfig, HFlowConfig,
                                            MarginalConfig, MICEConfig, StaticImputationConfig, SynthesisConfig,
                                            SynthesisMICEConfig, Synthesizer, default_synthesizers)
-from privehr.core.config.training import (Cell, DPSGDConfig, DPSGDSettings, EvaluationConfig, ExpMNFConfig,
-                                          GRUDConfig, NonPrivateConfig, NonPrivateSettings, SplitConfig,
+from privehr.core.config.training import (Cell, DPExpMConfig, DPSGDConfig, DPSGDSettings, EvaluationConfig,
+                                          ExpMNFConfig, GRUDConfig, NonPrivateConfig, NonPrivateSettings, SplitConfig,
                                           TrainingConfig)
 from privehr.core.config.release import FeaturizerSource, RecordCount, ReleaseConfig, ScoringConfig
 from privehr.core.config.pipeline import PipelineConfig, VersioningConfig
@@ -37,7 +37,7 @@ __all__ = ["Label", "Model", "Method", "AuditedMethod", "Loss", "DPSGDClipping",
            "StewardConfig", "MICEConfig", "StaticImputationConfig", "EHRPrepareConfig", "DPNFConfig", "HFlowConfig",
            "MarginalConfig", "Synthesizer", "default_synthesizers", "MARGINAL_SYNTHESIZERS", "SynthesisMICEConfig", "Budget",
            "SynthesisConfig", "SplitConfig", "NonPrivateSettings", "NonPrivateConfig", "DPSGDSettings",
-           "DPSGDConfig", "ExpMNFConfig", "GRUDConfig", "Cell", "TrainingConfig", "EvaluationConfig",
+           "DPSGDConfig", "DPExpMConfig", "ExpMNFConfig", "GRUDConfig", "Cell", "TrainingConfig", "EvaluationConfig",
            "VersioningConfig", "PipelineConfig", "ReleaseConfig", "FeaturizerSource", "RecordCount", "ScoringConfig", "AuditConfig", "BRIDGES_2023_EPSILONS", "DEMO_SYNTHESIS",
            "PROFILES", "load_config", "_Strict", "_moved", "_resume_needs_run_id", "_ledger_beside_runs",
            "_default_ledger"]

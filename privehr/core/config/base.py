@@ -15,7 +15,7 @@ Label = Literal["mort_hosp", "mort_icu", "los_3", "los_7"]
 Model = Literal["logistic_regression", "grud"]
 # The training methods' names; each is implemented by one registered class in privehr.models.methods (which this
 # bottom layer cannot import; tests/tasks/test_training_methods.py fails if the two disagree).
-Method = Literal["non_private", "dp_sgd", "expm_nf"]
+Method = Literal["non_private", "dp_sgd", "expm_nf", "dp_expm_nf"]
 AuditedMethod = Literal["non_private", "dp_sgd"]
 Loss = Literal["bce", "l2"]
 # per-sample clipping of DP-SGD (privehr.models.dpsgd.trainer) and of DP-HFlow's fine-grained modes

@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 
 from privehr.core.config.base import _moved, _Strict, DPSGDClipping, Label, Loss, Method, Model, PositiveFloat
 
-__all__ = ["Cell", "DPSGDConfig", "DPSGDSettings", "EvaluationConfig", "ExpMNFConfig", "GRUDConfig",
+__all__ = ["Cell", "DPExpMConfig", "DPSGDConfig", "DPSGDSettings", "EvaluationConfig", "ExpMNFConfig", "GRUDConfig",
            "NonPrivateConfig", "NonPrivateSettings", "SplitConfig", "TrainingConfig"]
 
 
@@ -108,6 +108,36 @@ class ExpMNFConfig(_Strict):
     eval_samples: int = Field(50, ge=1, description="parameter draws evaluated per flow (Bridges et al. 2023: 1000)")
 
 
+class DPExpMConfig(_Strict):
+    """DP-trained ExpM flows: ExpM+NF's target exp(eps~ u / 2s) fitted by DP-SGD over records (a diagonal Gaussian
+    flow over the classifier's parameters); each release is DP at its target epsilon, eps~ (``temperature``) only
+    shapes the target. The classifier released is the flow's mean."""
+
+    epsilons: list[PositiveFloat] = Field(default_factory=lambda: [0.1, 1.0, 3.5, 10.0], min_length=1,
+                                          description="target epsilons (PRV and RDP both stay below each), as "
+                                                      "DP-SGD's so the figure compares them at the same epsilon")
+    losses: list[Loss] = Field(
+        default_factory=lambda: ["bce"], min_length=1,
+        description="the utility's per-record loss: l2 is ExpM+NF's squared error on the sigmoid (s = 1); bce the "
+                    "cross-entropy (the Gibbs density of the logistic likelihood). No privacy rests on s here")
+    models: list[Model] = Field(default_factory=lambda: ["logistic_regression"], min_length=1,
+                                description="the models it trains (among training.models); GRU-D's per-record "
+                                            "scores go through torch.func, about 4x a DP-SGD step per draw")
+    temperature: PositiveFloat = Field(
+        20.0, description="eps~ of the targeted density exp(eps~ u / 2): a utility knob, no privacy claim. Chosen "
+                          "between 2 and 20 on a tuning extract (bench/dp_expm.py --tag tune: 2,000 simulated stays, "
+                          "seed 1), never on the demo's")
+    draws: int = Field(4, ge=1, description="parameter draws per step, shared by every record")
+    init_scale: PositiveFloat = Field(0.01, description="sigma0: the flow starts at N(0, sigma0^2 I), as ExpM+NF's "
+                                                        "base_sigma")
+    l1: float = Field(1e-3, ge=0, description="L1 regulariser in u (as ExpM+NF's)")
+    max_grad_norm: PositiveFloat = 1.0
+    epochs: int = Field(5, ge=1, description="as DP-SGD's, so both spend the same plan at each epsilon")
+    batch_size: int = Field(128, ge=1, description="expected batch size q * n")
+    learning_rate: PositiveFloat = Field(1e-2, description="Adam on the flow's mean and log-scale, as DP-SGD's")
+    eval_samples: int = Field(50, ge=1, description="draws from the released flow scored on test (post-processing)")
+
+
 class GRUDConfig(_Strict):
     hidden_size: int = Field(32, ge=1)
     batch_norm: bool = Field(False, description="non-private GRU-D only: batch norm mixes samples, so DP "
@@ -133,7 +163,8 @@ class TrainingConfig(_Strict):
     """The grid: label x model x method x loss x epsilon, each cell searched once and fitted per seed."""
 
     models: list[Model] = Field(default_factory=lambda: ["logistic_regression", "grud"], min_length=1)
-    methods: list[Method] = Field(default_factory=lambda: ["non_private", "dp_sgd", "expm_nf"], min_length=1)
+    methods: list[Method] = Field(default_factory=lambda: ["non_private", "dp_sgd", "expm_nf", "dp_expm_nf"],
+                                  min_length=1)
     losses: list[Loss] = Field(default_factory=lambda: ["bce"], min_length=1,
                                description="bce, and/or l2 (squared error on the sigmoid, as ExpM+NF)")
     seeds: int = Field(3, ge=1, description="final fits per cell; results are medians over seeds")
@@ -151,6 +182,7 @@ class TrainingConfig(_Strict):
     non_private: NonPrivateConfig = NonPrivateConfig()
     dp_sgd: DPSGDConfig = DPSGDConfig()
     expm_nf: ExpMNFConfig = ExpMNFConfig()
+    dp_expm_nf: DPExpMConfig = DPExpMConfig()
     grud: GRUDConfig = GRUDConfig()
 
 

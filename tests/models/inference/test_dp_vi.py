@@ -9,7 +9,8 @@ import torch
 from scipy.stats import multivariate_normal
 from torch.func import functional_call, grad, vmap
 
-from privehr.models.inference.dp_vi import VIHyperparameters, _clipped_sum, per_record_gradients, posterior_summary, train_vi, untemper
+from privehr.models.dpsgd.noisy_step import clipped_sum as _clipped_sum
+from privehr.models.inference.dp_vi import VIHyperparameters, per_record_gradients, posterior_summary, train_vi, untemper
 from privehr.models.inference.likelihood import LIKELIHOODS, Likelihood, get_likelihood
 from privehr.models.inference.posterior_reference import reference_posterior
 from privehr.models.privacy.randomness import NoiseSource

@@ -55,10 +55,12 @@ def test_the_profiles_grids(profile):
     t = config.training
     gradient = len(t.models) * len(t.losses) * (("non_private" in t.methods) + len(t.dp_sgd.epsilons))
     expm = len(t.expm_nf.models) * len(t.expm_nf.epsilons) * ("expm_nf" in t.methods)
+    dp_expm = len(t.dp_expm_nf.models) * len(t.dp_expm_nf.epsilons) * ("dp_expm_nf" in t.methods)
     cells = grid(t, config.labels)
-    assert len(cells) == len(config.labels) * (gradient + expm)
-    assert sum(seeds_of(c, t) for c in cells) == len(config.labels) * (gradient * t.seeds
+    assert len(cells) == len(config.labels) * (gradient + expm + dp_expm)
+    assert sum(seeds_of(c, t) for c in cells) == len(config.labels) * ((gradient + dp_expm) * t.seeds
                                                                        + expm * (t.expm_nf.seeds or t.seeds))
+    assert t.dp_expm_nf.epsilons == t.dp_sgd.epsilons  # the figure compares them at the same epsilon
 
 
 @pytest.mark.parametrize("reproducible,budget,tuning,what,expected", [
