@@ -31,7 +31,8 @@ from privehr.models.privacy.ledger import LedgerEntry  # noqa: E402
 from privehr.models.audit.one_run import audit_scores  # noqa: E402
 from privehr.models.classifiers.training import TrainingHyperparameters, fit_binary_classifier  # noqa: E402
 from privehr.core.run_layout import RunLayout  # noqa: E402
-from privehr.core.config import AuditConfig, PipelineConfig  # noqa: E402
+from privehr.core.config import AuditConfig, Cell, PipelineConfig, PrivacyConfig, TrainingConfig  # noqa: E402
+from privehr.models.methods import CellData, FitSpec, create_method  # noqa: E402
 from privehr.core.errors import InputError  # noqa: E402
 from privehr.tasks.features import load_split  # noqa: E402
 from privehr.io.privacy_ledger import Ledger, record_release, reserve  # noqa: E402
@@ -123,18 +124,36 @@ def train_shadow(config: AuditConfig, work: str, mechanism: str, shadow: int) ->
         fit_binary_classifier(model, half, y[keep], hp=TrainingHyperparameters(
             learning_rate=c.learning_rate, weight_decay=c.weight_decay, batch_size=c.batch_size,
             max_epochs=c.max_epochs, seed=seed), progress=progress)
-    else:
+    elif mechanism == "dp_sgd":
         c = config.dp_sgd
         plan = ReleasePlan.for_epochs(int(keep.sum()), c.batch_size, c.epochs, target_epsilon=config.epsilon,
                                       delta=config.privacy.delta, max_grad_norm=c.max_grad_norm)
         model, _ = train_dp_sgd(model, half, y[keep], DPSGDHyperparameters(c.learning_rate, c.weight_decay), plan,
                                 _noise(config, "shadow", shadow), grad_sample_mode=c.clipping, progress=progress)
-    after = _logits(model, inputs)
+    after = (_logits(model, inputs) if mechanism in ("non_private", "dp_sgd")
+             else _expm_shadow_logits(config, mechanism, CellData(half, y[keep], shape[2], shape[1]), inputs, shadow))
     bce = torch.nn.functional.binary_cross_entropy_with_logits
     loss = lambda z: bce(torch.as_tensor(z), y, reduction="none").numpy()  # noqa: E731
     out = Path(work) / f"{mechanism}_shadow{shadow:03d}.npz"
     np.savez(out, phi=logit_confidence(after, y.numpy()), loss_before=loss(before), loss_after=loss(after))
     return str(out)
+
+
+def _expm_shadow_logits(config: AuditConfig, mechanism: str, data: CellData, inputs, shadow: int) -> np.ndarray:
+    """Logits on every example of what an ExpM method releases when trained on ``data``, with the audited run's
+    settings (its ``training.expm_nf`` / ``training.dp_expm_nf``) at ``epsilon``: ExpM+NF's first draw (eps~ =
+    epsilon, no guarantee), the DP-trained flow's mean (a DP release at target epsilon)."""
+    training = TrainingConfig.model_validate(json.loads(RunLayout(config.run_dir).config.read_text())["training"])
+    method = create_method(mechanism, training, PrivacyConfig(delta=config.privacy.delta,
+                                                              reproducible_noise=config.privacy.reproducible_noise))
+    cell = Cell(label=config.label, model=config.model, method=mechanism, loss=method.losses()[0],
+                target_epsilon=config.epsilon)
+    spec = FitSpec(cell, method.default_hyperparameters(cell), seed=config.seed * 1000 + shadow,
+                   what=f"audit shadow {shadow}")
+    release = method.fit(spec, data, method.plan(spec, len(data)), _noise(config, "shadow", shadow))
+    if mechanism == "expm_nf":
+        return release.extra_["utility"].logits(release.extra_["theta"][:1], inputs)[0].detach().cpu().numpy()
+    return _logits(release.model_, inputs)
 
 
 def _band(values):
@@ -184,7 +203,8 @@ def evaluate_attacks(config: AuditConfig, work: str, results: dict[str, list[str
         ax.set_ylim(1e-4, 1)
         ax.set_xlabel("false positive rate")
         ax.set_ylabel("true positive rate")
-        ax.set_title(mechanism if mechanism == "non_private" else f"{mechanism} (epsilon {config.epsilon:g})")
+        ax.set_title(mechanism if mechanism == "non_private" else
+                     f"{mechanism} ({'eps~' if mechanism == 'expm_nf' else 'epsilon'} {config.epsilon:g})")
         ax.legend(fontsize=7)
     fig.tight_layout()
     record_release(audit_ledger(config), reservation, LedgerEntry("", "", "non_private", what=AUDIT))

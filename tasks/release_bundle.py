@@ -3,7 +3,8 @@
 Every number in it is public (the code, the configuration's public settings, MIMIC-Extract's published statistics,
 the spec's bounds) or the output of a DP mechanism that a budget check reserved and the ledger recorded:
 
-* the bundled models (``release.include``, seed 0): DP-SGD weights, trained by plans built from the DP record counts;
+* the bundled models (``release.include``, seed 0): weights trained by DP-SGD (a DP-trained ExpM flow's mean), by plans
+  built from the DP record counts;
 * ``counts.json``: those counts (geometric mechanism), or the exact ones where the run declared them public;
 * ``featurizer.json``: the per-variable statistics (public, or a Gaussian mechanism on clipped values);
 * ``evaluation.json``: per model, noisy per-class histograms of its test scores (a Gaussian mechanism, recorded here
@@ -243,7 +244,8 @@ def write_release_bundle(run_dir: str, rows: list[dict], config: PipelineConfig,
     every = sorted(cited)
     sources["card.json"], sources["card.md"] = ({"source": "derived", "releases": every} for _ in range(2))
     for name, about in sources.items():
-        about["about"] = BUNDLE_FILES.get(name, "a bundled model: DP-SGD weights and its architecture")
+        about["about"] = BUNDLE_FILES.get(name, "a bundled model: weights trained by DP-SGD (a DP-trained ExpM "
+                                                    "flow's mean) and its architecture")
     # the date alone (a time of day would time the run, whose length follows the data's size); the package's
     # version, not the working tree's commit (a project that commits its data.dvc commits the delivery's hash)
     header = {"run_id": run.root.name, "created": datetime.now(timezone.utc).date().isoformat(),

@@ -41,7 +41,8 @@ PRIVACY_NOTE = ("epsilon of each DP-SGD release at delta = {delta} by three acco
                 "plan and accountants as DP-SGD; eps~ (training.dp_expm_nf.temperature) only shapes the target; "
                 "auroc_median is the flow's mean, the classifier a bundle ships; auroc_bayes the posterior-predictive "
                 "average of its draws; gap_std as above, at eps~. "
-                "Not covered by any guarantee: feature statistics fitted on the training split, hyperparameters "
+                "Not covered by any guarantee: the fit gaps (gap_std, u on every training record), feature "
+                "statistics fitted on the training split, hyperparameters "
                 "tuned on dev, and the cohort and split counts in this report. Non-private rows have no guarantee.")
 REPRODUCIBLE = ("; EXCEPT in this run: privacy.reproducible_noise seeded them from the configuration, so its DP-SGD "
                 "releases are NOT DP (an attacker with the configuration can replay them)")

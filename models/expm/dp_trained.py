@@ -84,7 +84,7 @@ def gaussian_parameter_flow(dim: int, init_scale: float) -> ParameterFlow:
 
 def _scores(utility: BatchedUtility, theta: torch.Tensor, inputs: tuple[torch.Tensor, ...],
             y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(l_ij (m, b), s_ij (m, b, D)): each record's squared error under each draw and its gradient in theta."""
+    """(l_ij (m, b), s_ij (m, b, D)): each record's loss under each draw and its gradient in theta."""
     def one(flat, *record):
         params = {k: v.reshape(s) for k, v, s in zip(utility.names, flat.split(utility.sizes), utility.shapes)}
         logit = functional_call(utility.model, {**params, **utility.buffers}, tuple(r[None] for r in record[:-1]))
@@ -152,14 +152,17 @@ def _steps(flow: ParameterFlow, utility: BatchedUtility, hp: DPExpMHyperparamete
 
 def train_dp_expm(utility: BatchedUtility, hp: DPExpMHyperparameters, plan: ReleasePlan,
                   noise: NoiseSource | None = None, progress=None) -> tuple[ParameterFlow, list[dict]]:
-    """The DP-trained flow after the plan's T steps (in eval mode) and its loss curve (tau times the mean squared
-    error of the sampled records: a patient-level statistic, kept with the run)."""
+    """The DP-trained flow after exactly the plan's T steps (in eval mode; checked) and its loss curve (tau times
+    the mean loss of the sampled records: an exact statistic of private batches, never to be written out)."""
     noise = noise if noise is not None else NoiseSource.secret()
     flow = gaussian_parameter_flow(utility.dim, hp.init_scale).to(utility.y.device)
     flow.train()
     optimizer = torch.optim.Adam([flow.shift, flow.log_scale], lr=hp.learning_rate)
     history = run_steps(_steps(flow, utility, hp, plan, noise, optimizer), plan.steps,
                         max(plan.steps // 10, 1), progress, "loss")
+    taken = optimizer.state[flow.shift]["step"] if flow.shift in optimizer.state else 0
+    if int(taken) != plan.steps:
+        raise RuntimeError(f"the flow took {int(taken)} noised steps, its plan accounts for {plan.steps}")
     return flow.eval(), history
 
 

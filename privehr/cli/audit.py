@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import get_args
 
 from privehr.cli.common import emit, no_prefect_analytics
-from privehr.core.config import AuditConfig, Label
+from privehr.core.config import AuditConfig, AuditedMethod, Label
 from privehr.core.errors import settings_error
 
 __all__ = ["add_audit_parser"]
@@ -17,14 +17,19 @@ def add_audit_parser(sub, common: argparse.ArgumentParser) -> None:
     audit = sub.add_parser("audit", parents=[common], help="LiRA and one-run audit of a finished run")
     audit.add_argument("run_dir", type=Path, help="artifacts/<run-id> of a privehr-pipeline run")
     audit.add_argument("--shadows", type=int, default=16)
-    audit.add_argument("--epsilon", type=float, default=1.0, help="target epsilon of the DP-SGD shadows")
+    audit.add_argument("--epsilon", type=float, default=1.0, help="target epsilon of the DP-SGD and DP-trained ExpM "
+                                                                  "shadows, and ExpM+NF's eps~")
+    audit.add_argument("--mechanisms", nargs="+", choices=get_args(AuditedMethod),
+                       default=AuditConfig.model_fields["mechanisms"].get_default(call_default_factory=True),
+                       help="how the shadows are trained (ExpM ones by the audited run's settings)")
     audit.add_argument("--label", choices=get_args(Label), default="mort_icu")
     audit.set_defaults(func=audit_command)
 
 
 def audit_command(args) -> int:
     try:
-        config = AuditConfig(run_dir=args.run_dir, shadows=args.shadows, epsilon=args.epsilon, label=args.label)
+        config = AuditConfig(run_dir=args.run_dir, shadows=args.shadows, epsilon=args.epsilon, label=args.label,
+                             mechanisms=args.mechanisms)
     except ValueError as err:
         raise settings_error(err, "audit options") from None
     no_prefect_analytics()

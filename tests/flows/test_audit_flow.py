@@ -1,4 +1,5 @@
-"""privehr-audit on a small run: LiRA against overfit non-private and DP-SGD shadows, one-run bound."""
+"""privehr-audit on a small run: LiRA against overfit non-private, DP-SGD, ExpM+NF and DP-trained ExpM shadows,
+one-run bound."""
 
 import json
 from pathlib import Path
@@ -23,6 +24,7 @@ def test_audit_flow_reports_attacks_and_bounds(tmp_path, small_extract):
     # confidence of the many negatives and the non-private signal is weak (online LiRA AUC ~0.55 over about
     # 75 members); batches of 16, so that the non-private shadows take ~100 steps and do overfit
     config = AuditConfig.model_validate({"run_dir": run_dir, "shadows": 6, "label": "los_3",
+                                         "mechanisms": ["non_private", "dp_sgd", "expm_nf", "dp_expm_nf"],
                                          "non_private": {"max_epochs": 20, "batch_size": 16, "learning_rate": 1e-2},
                                          "dp_sgd": {"epochs": 2}, "privacy": {"ledger_path": str(ledger)}})
     report = audit(config)
@@ -31,7 +33,7 @@ def test_audit_flow_reports_attacks_and_bounds(tmp_path, small_extract):
                                                                  ("released", "membership-inference audit")]
     (total,) = ledger_totals(ledger)
     assert not total.dp and total.not_dp == {"not DP (non-private)": 1}
-    assert set(report["mechanisms"]) == {"non_private", "dp_sgd"}
+    assert set(report["mechanisms"]) == {"non_private", "dp_sgd", "expm_nf", "dp_expm_nf"}
     for entry in report["mechanisms"].values():
         for variant in ("online", "offline", "online_fixed_variance", "offline_fixed_variance"):
             band = entry[variant]["auc"]

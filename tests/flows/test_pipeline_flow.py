@@ -20,7 +20,8 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
         "training": {"losses": ["bce"], "seeds": 2, "non_private": {"max_epochs": 3},
                      "dp_sgd": {"epochs": 2, "epsilons": [1.0, 10.0]}, "grud": {"hidden_size": 8},
                      "expm_nf": {"epsilons": [1.0], "steps": 3, "eval_samples": 4, "seeds": 2,
-                                 "models": ["logistic_regression", "grud"]}},
+                                 "models": ["logistic_regression", "grud"]},
+                     "dp_expm_nf": {"epsilons": [1.0], "epochs": 2, "eval_samples": 4}},
         "device": "auto"})
     summary = pipeline(config)
     run_dir = Path(summary["run_dir"])
@@ -31,9 +32,14 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
                  "search/los_3-logistic_regression-non_private-bce-epsinf.json"):
         assert (run_dir / name).exists(), name
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["runs"] == 2 * 2 * 4 * 2  # labels x models x (non-private + 2 DP-SGD + 1 ExpM+NF) x seeds
+    # labels x (models x (non-private + 2 DP-SGD + 1 ExpM+NF) + the DP-trained ExpM flow of LR) x seeds
+    assert metrics["runs"] == 2 * (2 * 4 + 1) * 2
     rows = {(r["label"], r["model"], r["method"], r["target_epsilon"]): r for r in metrics["results"]}
-    assert len(rows) == 2 * 2 * 4 and all(r["seeds"] == 2 for r in rows.values())
+    assert len(rows) == 2 * (2 * 4 + 1) and all(r["seeds"] == 2 for r in rows.values())
+    for label in ("mort_icu", "los_3"):
+        flow = rows[(label, "logistic_regression", "dp_expm_nf", 1.0)]
+        assert flow["loss"] == "bce" and flow["guarantee"] == "DP" and 0 < flow["epsilon_prv"] <= 1.0
+        assert 0 <= flow["auroc_bayes"] <= 1 and flow["gap_std"] >= 0
     for label in ("mort_icu", "los_3"):
         for model in ("logistic_regression", "grud"):
             expm = rows[(label, model, "expm_nf", 1.0)]
@@ -51,7 +57,7 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
     ledger = metrics["privacy_ledger"]
     # every fit, the record counts its plans were built from and the bundle's four DP evaluations
     assert ledger["releases"] == metrics["runs"] + 1 + 4 and ledger["pending"] == 0 and not ledger["dp"]
-    assert ledger["counts"] == {"dp": 1, "dp_sgd": 16, "non_private": 8, "expm_nf": 8, "gaussian": 4}
+    assert ledger["counts"] == {"dp": 1, "dp_sgd": 16 + 4, "non_private": 8, "expm_nf": 8, "gaussian": 4}
     bundle = summary["release"]
     assert sorted(bundle["models"]) == sorted(f"{lb}-{m}-dp_sgd-bce-eps1" for lb in ("mort_icu", "los_3")
                                               for m in ("logistic_regression", "grud"))

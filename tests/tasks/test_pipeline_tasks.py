@@ -170,3 +170,19 @@ def test_a_cohort_emptied_by_a_rule_names_the_rule_and_its_count(tmp_path):
     with pytest.raises(InputError, match=r"kept 0 subject\(s\) of 40 stay\(s\).*max_hours_le_30: 40.*more than "
                                          r"window_hours \+ gap_hours = 30 h"):
         build_cohort.fn(str(path), str(tmp_path / "run"))
+
+
+def test_a_saved_config_with_synthesis_validates_again(tmp_path, monkeypatch):
+    """An audit (and a resume) reads config.json back: a run that also synthesises, as the demo does, with its
+    artifacts elsewhere, must validate again (its synthesis section holds the pipeline's resolved ledger)."""
+    from pathlib import Path
+
+    config = PipelineConfig.model_validate({"artifacts_dir": str(tmp_path / "elsewhere"), "run_id": "saved",
+                                            "synthesis": {"path": str(tmp_path / "table.csv")},
+                                            "versioning": {"dvc": False}})
+    run_dir = create_run_directory.fn(config)
+    saved = json.loads((Path(run_dir) / "config.json").read_text())
+    monkeypatch.chdir(tmp_path)  # audited from another directory than the run's
+    again = PipelineConfig.model_validate(saved)
+    assert again.synthesis.path == config.synthesis.path
+    assert again.synthesis.privacy.ledger_path == again.privacy.ledger_path == config.privacy.ledger_path

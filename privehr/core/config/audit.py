@@ -28,7 +28,9 @@ class AuditConfig(_Strict):
     mechanisms: list[AuditedMethod] = Field(default_factory=lambda: ["non_private", "dp_sgd"], min_length=1)
     shadows: int = Field(16, ge=4, description="even; every example is IN for exactly half; at least 4, so that "
                                                 "leaving one out still leaves IN and OUT shadows for every example")
-    epsilon: PositiveFloat = Field(1.0, description="target epsilon of the DP-SGD shadows")
+    epsilon: PositiveFloat = Field(1.0, description="target epsilon of the DP-SGD and DP-trained ExpM shadows, and "
+                                                    "ExpM+NF's eps~ (the ExpM shadows train by the audited run's "
+                                                    "training.expm_nf / training.dp_expm_nf settings)")
     privacy: PrivacyConfig = Field(PrivacyConfig(), description="the ledger the audit's (non-DP) statistics are "
                                    "recorded in, the shadows' delta, and the noise switch (reproducible_noise also "
                                    "seeds the canary draw)")

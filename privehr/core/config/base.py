@@ -16,7 +16,7 @@ Model = Literal["logistic_regression", "grud"]
 # The training methods' names; each is implemented by one registered class in privehr.models.methods (which this
 # bottom layer cannot import; tests/tasks/test_training_methods.py fails if the two disagree).
 Method = Literal["non_private", "dp_sgd", "expm_nf", "dp_expm_nf"]
-AuditedMethod = Literal["non_private", "dp_sgd"]
+AuditedMethod = Literal["non_private", "dp_sgd", "expm_nf", "dp_expm_nf"]
 Loss = Literal["bce", "l2"]
 # per-sample clipping of DP-SGD (privehr.models.dpsgd.trainer) and of DP-HFlow's fine-grained modes
 # (privehr.models.dpsgd.fine_grained_clipping): the models read their mode names from these

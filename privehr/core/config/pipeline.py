@@ -63,7 +63,7 @@ class PipelineConfig(_Strict):
             given = self.synthesis.privacy
             shared = [f for f in given.model_fields_set - {"dataset_id"}
                       if getattr(given, f) != type(given).model_fields[f].get_default(call_default_factory=True)
-                      and not (f == "ledger_path" and given.ledger_path == _default_ledger(self.synthesis))]
+                      and not (f == "ledger_path" and given.ledger_path in self._synthesis_ledgers())]
             if shared:
                 raise ValueError(f"synthesis.privacy.{sorted(shared)[0]}: the synthesis subflow uses the pipeline's "
                                  "privacy settings; set them under privacy (synthesis.privacy takes only dataset_id, "
@@ -84,3 +84,19 @@ class PipelineConfig(_Strict):
 
     _resume_needs_run_id = model_validator(mode="after")(lambda self: _resume_needs_run_id(self))
     _ledger_beside_runs = model_validator(mode="after")(lambda self: _ledger_beside_runs(self))
+
+    @model_validator(mode="after")
+    def _synthesis_uses_the_pipelines_ledger(self):
+        """The saved configuration says which ledger the synthesis subflow wrote to: the pipeline's."""
+        if self.synthesis is not None and self.synthesis.privacy.ledger_path != self.privacy.ledger_path:
+            privacy = self.synthesis.privacy.model_copy(update={"ledger_path": self.privacy.ledger_path})
+            privacy.__pydantic_fields_set__.discard("ledger_path")
+            self.synthesis.privacy = privacy
+        return self
+
+    def _synthesis_ledgers(self) -> tuple:
+        """The ledger paths a synthesis section may hold without the user having set one: its defaults (from its
+        artifacts_dir or the project, as a configuration saved before the pipeline's was written there) and, in a
+        saved configuration, the pipeline's own."""
+        return (_default_ledger(self.synthesis), _default_ledger(type(self.synthesis).model_construct()),
+                self.privacy.ledger_path)

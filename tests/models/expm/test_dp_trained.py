@@ -3,7 +3,6 @@ one record's influence, training follows the plan with fresh noise, and the flow
 
 import math
 
-import numpy as np
 import pytest
 import torch
 from torch.func import grad
@@ -18,19 +17,12 @@ from privehr.models.expm.dp_trained import (DPExpMHyperparameters, gaussian_para
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import ReleasePlan
 
+from oracles.classifier_records import random_records
 
-
-def _records(n=64, t=6, v=3, seed=0):
-    rng = np.random.default_rng(seed)
-    values = rng.standard_normal((n, t, v)).astype(np.float32)
-    mask = (rng.random((n, t, v)) > 0.4).astype(np.float32)
-    delta = rng.random((n, t, v)).astype(np.float32)
-    y = torch.tensor((values[:, :, 0].mean(1) + 0.3 * rng.standard_normal(n) > 0).astype(np.float32))
-    return values, mask, delta, y
 
 
 def _problem(name, loss="l2"):
-    values, mask, delta, y = _records()
+    values, mask, delta, y = random_records()
     model = build_classifier(name, 3, 6, seed=0, hidden_size=4).double()
     x = tuple(t.double() for t in classifier_inputs(name, values, mask, delta))
     utility = BatchedUtility(model, x, y.double(), l1=0.01, loss=loss)

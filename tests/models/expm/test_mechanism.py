@@ -8,6 +8,7 @@ from torch.func import jacrev
 
 from privehr.models.expm.batched_utility import BatchedUtility, flat_parameters
 from privehr.models.classifiers import build_classifier, classifier_inputs
+from oracles.classifier_records import random_records
 from oracles.expm_grid import grid_log_density, grid_samples, ks_marginals, mmd2
 from privehr.models.expm.mechanism import (ExpMNFHyperparameters, draw_probabilities, draw_utilities, fit_gap, map_index,
                             posterior_predictive, sample_parameters, train_expm_nf)
@@ -57,18 +58,9 @@ def test_sylvester_never_builds_a_dense_q_and_q_is_orthonormal():
     assert (torch.diagonal(r1) * torch.diagonal(r2) > -1).all()
 
 
-def _records(n=64, t=6, v=3, seed=0):
-    rng = np.random.default_rng(seed)
-    values = rng.standard_normal((n, t, v)).astype(np.float32)
-    mask = (rng.random((n, t, v)) > 0.4).astype(np.float32)
-    delta = rng.random((n, t, v)).astype(np.float32)
-    y = torch.tensor((values[:, :, 0].mean(1) + 0.3 * rng.standard_normal(n) > 0).astype(np.float32))
-    return values, mask, delta, y
-
-
 @pytest.mark.parametrize("name", ["logistic_regression", "grud"])
 def test_batched_utility_equals_a_per_theta_loop(name):
-    values, mask, delta, y = _records()
+    values, mask, delta, y = random_records()
     model = build_classifier(name, 3, 6, seed=0, hidden_size=4).double()
     x = tuple(t.double() for t in classifier_inputs(name, values, mask, delta))
     u = BatchedUtility(model, x, y.double(), l1=0.01)
@@ -126,7 +118,7 @@ def test_flow_approaches_the_exact_mechanism_in_two_dimensions():
 
 
 def test_release_modes():
-    values, mask, delta, y = _records(n=200)
+    values, mask, delta, y = random_records(n=200)
     model = build_classifier("logistic_regression", 3, 6, seed=0)
     x = classifier_inputs("logistic_regression", values, mask, delta)
     u = BatchedUtility(model, x, y, l1=0.01)
