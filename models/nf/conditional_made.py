@@ -14,8 +14,8 @@ index j (the paper's theta^j = NN_nu(x, q(j)); each layer's weights on the c col
 embedding q(j), so no separate embedding layer is needed). The blocks share every weight: the
 parameter count is that of one block, and DP-SGD's noise, one N(0, sigma^2 C^2) coordinate per
 parameter, grows no further with J. The layers are :class:`~privehr.models.nf.made.MaskedLinear`; called once
-per block, each layer is used J times per sample, which its ghost-clipping rule handles by
-materialising the masked per-sample gradient (:mod:`privehr.models.dpsgd.ghost_clipping`).
+per block, each layer is used J times per sample, which its ghost-clipping rule handles with J x J Grams per
+group of identical mask rows (one group per MADE degree; :mod:`privehr.models.dpsgd.ghost_clipping`).
 
 The output layer starts at zero (weights and bias): every output is 0 for any input until trained,
 a data-independent start at which DP-HFlow's splines are the identity.

@@ -40,7 +40,7 @@ the caller's scaled units.
 
 DP-SGD: every parameter sits in a layer with a ghost-clipping rule (:mod:`privehr.models.dpsgd.ghost_clipping`):
 the shared MADE's and the dequantizer's :class:`~privehr.models.nf.made.MaskedLinear` layers (the shared ones
-used J times per sample, materialised), and :class:`~privehr.models.nf.low_rank_linear.LowRankLinear` (the
+used J times per sample: J x J Grams per group of mask rows), and :class:`~privehr.models.nf.low_rank_linear.LowRankLinear` (the
 paper's eq. (4), with the log-det's own gradient). The top-level children are the "networks" of
 the paper's per-layer clipping split (:mod:`privehr.models.dpsgd.fine_grained_clipping`): ``conditioner`` (the
 spline MADE), ``linears`` (the J linear flows) and, with variational dequantization, ``dequantizer``.

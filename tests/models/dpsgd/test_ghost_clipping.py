@@ -160,6 +160,58 @@ def test_a_masked_layer_is_clipped_by_its_true_norm_with_any_mask_and_token_coun
         _check(layer, lambda m, xb: m(xb).square().flatten(1).sum(1), (x,), reference, 0.05)
 
 
+class _SharedConditioner(nn.Module):
+    """DP-HFlow's conditioner: one MADE with a block context, called once per block (3 tokens per sample)."""
+
+    def __init__(self):
+        super().__init__()
+        from privehr.models.nf.conditional_made import ConditionalMADE
+        self.net = ConditionalMADE(5, 3, 7, hidden_size=16)
+        with torch.no_grad():
+            self.net.output.weight.copy_(0.3 * torch.randn(self.net.output.weight.shape,
+                                                           generator=torch.Generator().manual_seed(4)))
+
+    def forward(self, x):
+        eye = torch.eye(3, dtype=x.dtype)
+        out = sum(self.net(torch.tanh(x + j), eye[j].expand(len(x), 3)) for j in range(3))
+        return out.square().sum((1, 2))
+
+
+@pytest.mark.parametrize("clip", [0.05, 1e6])
+def test_a_made_used_by_several_blocks_takes_the_grouped_grams_and_matches_torch_func(clip):
+    """A MADE's mask has one row per degree: its norms come from K x K Grams per group of rows (DP-HFlow's
+    conditioner, 3 blocks), and they and the clipped sums equal torch.func's per-sample gradients."""
+    from privehr.models.dpsgd.ghost_clipping import masked_grams_pay
+
+    model = _SharedConditioner()
+    for layer in (model.net.hidden[0], model.net.output):
+        out, inn = layer.mask.shape
+        assert masked_grams_pay(3, len(torch.unique(layer.mask, dim=0)), inn, out)
+    x = torch.randn(10, 5, generator=torch.Generator().manual_seed(2))
+    _, reference = _reference(model, lambda f, xi: f(xi.unsqueeze(0)).sum(), (x,))
+    _check(model, lambda m, xb: m(xb), (x,), reference, clip)
+
+
+def test_cancelling_tokens_cannot_slip_under_the_clip_of_a_masked_layer():
+    """The cancellation attack on the grouped Grams of a MADE mask: two tokens whose terms cancel to 1e-6."""
+    from privehr.models.nf.made import MaskedLinear, made_masks
+
+    g = torch.Generator().manual_seed(0)
+    batch, clip = 64, 1.0
+    mask = made_masks(6, [32])[0]  # 32 x 6, 5 distinct rows
+    a1 = torch.randn(batch, 1, 6, generator=g) * 300
+    v1 = torch.randn(batch, 1, 32, generator=g) * 300
+    a = torch.cat([a1, a1 * (1 + 1e-6 * (1 + torch.rand(batch, 1, 1, generator=g)))], 1)
+    v = torch.cat([v1, -v1], 1)
+    layer = MaskedLinear(mask)
+    layer.bias.requires_grad_(False)
+    _, norms, _ = clipped_gradient_sum(layer, lambda m, x, w: (m(x) * w).sum((1, 2)), (a, v), clip)
+    true = (torch.einsum("bko,bki->boi", v.double(), a.double()) * mask.double()).flatten(1).norm(dim=1)
+    assert bool((true > 1e-3).all())
+    scale = (clip / (norms.double() + 1e-6)).clamp(max=1.0)
+    assert bool((scale * true <= clip * (1 + 1e-6)).all()), float((scale * true).max())
+
+
 def test_an_empty_poisson_batch_gives_zero_sums():
     _, norms, sums = clipped_gradient_sum(_flow(), lambda m, xb: -m.log_prob(xb), (torch.zeros(0, 5),), 1.0)
     assert norms.numel() == 0 and all(torch.all(s == 0) for s in sums.values())
