@@ -1,6 +1,8 @@
 """The privacy loss of ExpM+NF's flows, measured, against the eps~ they were trained for.
 
     python bench/expm_privacy_loss.py [--quick] [--seeds 6] [--draws 200000] [--no-demo]
+    python bench/expm_privacy_loss.py --only-demo --features RUN/intermediate [--label los_3] [--seeds 3]
+                                      [--demo-eps 1 10] --out bench/results/expm_privacy_loss_demo.json
 
 References:
     Bridges, Tombs, Stanley (2023). Are Normalizing Flows the Key to Unlocking the Exponential Mechanism?
@@ -34,7 +36,8 @@ Toy problems (1 parameter: logistic regression without intercept; 2 parameters: 
 get the exact mechanism on a sinh-spaced grid (normalisers by quadrature): its largest |log p_D - log p_D'|
 must be <= eps~ (a check of this code), and log Z gives each flow's KL(q || p). The demo-size problem
 (logistic regression, d in the thousands) is measured with the pipeline's default settings; its exact
-mechanism is out of reach (bounded by eps~ by the theorem).
+mechanism is out of reach (bounded by eps~ by the theorem). It is simulated (binary features), or with
+``--features`` a run's own logistic regression: the demo extract's 7,488 features of its train + dev stays.
 
 Limitations: Monte Carlo sees the loss only where draws fall (the tail beyond about 1 / draws is not seen,
 and delta = 1e-5 is only a few draws' worth); a mixture of K seeds stands in for the law over all seeds.
@@ -425,15 +428,26 @@ def run_toy(name: str, intercept: bool, args, s: Settings) -> dict:
             "settings": asdict(s), "cells": cells, "wall_s": time.perf_counter() - t0}
 
 
+def features_data(features: str, label: str) -> tuple[np.ndarray, np.ndarray]:
+    """A run's own logistic-regression inputs (train + dev stays, as its ExpM+NF cells train on) and labels."""
+    from privehr.core.config import Cell
+    from privehr.tasks.train import _data
+    cell = Cell(label=label, model="logistic_regression", method="expm_nf", loss="l2", target_epsilon=1.0)
+    data = _data(features, ["train", "dev"], cell, "cpu")
+    return data.inputs[0].double().numpy(), data.y.double().numpy()
+
+
 def run_demo(args, s: Settings) -> dict:
     t0 = time.perf_counter()
-    x, y = demo_data(args.demo_n, args.demo_d)
+    x, y = features_data(args.features, args.label) if args.features else demo_data(args.demo_n, args.demo_d)
+    args.demo_n, args.demo_d = x.shape
     u_d = utility_of(LogisticRegression(args.demo_d), x, y, s.l1)
     candidates = {c: utility_of(LogisticRegression(args.demo_d), *replace_record(x, y, xv, yv), s.l1)
                   for c, (xv, yv) in demo_candidates(x, y).items()}
     cells = {f"{eps:g}": measure_cell(eps, u_d, candidates, s, args.seeds, args.demo_draws, args.fit_draws, None)
              for eps in args.demo_eps}
     return {"problem": "lr_demo", "model": "logistic regression with intercept", "dim": u_d.dim, "n": args.demo_n,
+            "data": f"{args.features}, label {args.label} (train + dev stays)" if args.features else "simulated",
             "d_features": args.demo_d, "positives": int(y.sum()), "replaced_record": REPLACED,
             "replacements_tried": list(demo_candidates(x, y)), "settings": asdict(s), "cells": cells,
             "wall_s": time.perf_counter() - t0}
@@ -465,11 +479,18 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=200_000, help="Monte-Carlo draws per distribution (toys)")
     parser.add_argument("--no-demo", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--features", default=None,
+                        help="a run's intermediate folder: the demo problem is that run's own logistic regression "
+                             "(its train + dev stays) instead of a simulated one")
+    parser.add_argument("--label", default="los_3", help="with --features: the label")
+    parser.add_argument("--only-demo", action="store_true", help="skip the toy problems")
+    parser.add_argument("--demo-eps", type=float, nargs="+", default=[1.0, 10.0])
+    parser.add_argument("--demo-draws", type=int, default=20_000, help="Monte-Carlo draws per distribution (demo)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    args.eps, args.demo_eps = [0.1, 1.0, 10.0], [1.0, 10.0]
+    args.eps = [0.1, 1.0, 10.0]
     args.n, args.demo_n, args.demo_d = 100, 2000, 1000
-    args.grid_1d, args.grid_2d, args.fit_draws, args.demo_draws = 40_001, 1_001, 2_000, 20_000
+    args.grid_1d, args.grid_2d, args.fit_draws = 40_001, 1_001, 2_000
     toy = Settings(steps=800, samples=64, learning_rate=1e-2)   # the loss is flat from ~400-600 steps on
     demo = Settings(steps=CONFIG.steps, samples=CONFIG.samples, learning_rate=CONFIG.learning_rate)
     if args.quick:
@@ -477,7 +498,8 @@ def main() -> None:
         args.n, args.demo_n, args.demo_d, args.grid_1d, args.grid_2d = 50, 200, 50, 2_001, 201
         toy, demo = replace(toy, steps=30), replace(demo, steps=10)
     t0 = time.perf_counter()
-    problems = {"lr_1d": run_toy("lr_1d", False, args, toy), "lr_2d": run_toy("lr_2d", True, args, toy)}
+    problems = {} if args.only_demo else {"lr_1d": run_toy("lr_1d", False, args, toy),
+                                          "lr_2d": run_toy("lr_2d", True, args, toy)}
     problems["lr_demo"] = {"not_run": "--no-demo"} if args.no_demo else run_demo(args, demo)
     result = {
         "benchmark": "expm_privacy_loss", "quick": args.quick,

@@ -139,3 +139,24 @@ def test_flow_weights_depend_on_the_seed_only():
     a, b = ParameterFlow(6, seed=4), ParameterFlow(6, seed=4)
     torch.rand(100)  # the global generator is not used
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_the_default_schedule_reaches_the_targets_width_at_every_eps():
+    """Where no record constrains a weight (its feature is 0 everywhere), the target exp(eps~ u / 2s) is a Laplace of
+    scale b = 2s / (eps~ lambda) and the reverse-KL Gaussian for it has standard deviation b (pi / 2)^0.5. The
+    default schedule must get the flow there at each eps~: the schedule used before (80 steps at lr 3e-3 from
+    sigma 0.01) left every weight's scale near 0.013 whatever eps~, so every eps~ released the same classifier."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.zeros(120, 40)
+    x[:, :5] = torch.randn(120, 5, generator=g)  # 35 features never observed
+    y = (torch.rand(120, generator=g) < torch.sigmoid(x[:, 0] * 2)).float()
+    model = build_classifier("logistic_regression", 1, 1, seed=0)
+    model.linear = nn.Linear(40, 1)
+    from privehr.core.config import ExpMNFConfig
+    lam = ExpMNFConfig().l1
+    for eps in (1.0, 10.0):
+        u = BatchedUtility(model, (x,), y, l1=lam)
+        flow = train_expm_nf(u, ExpMNFHyperparameters(epsilon=eps)).flow
+        scale = (flow.base_sigma * flow.log_scale.detach().exp())[5:40]  # the unconstrained weights
+        expected = 2 / (eps * lam) * (np.pi / 2) ** 0.5
+        assert 0.5 < float(scale.median()) / expected < 2, (eps, float(scale.median()), expected)
