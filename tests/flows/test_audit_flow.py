@@ -16,7 +16,8 @@ def test_audit_flow_reports_attacks_and_bounds(tmp_path, small_extract):
     from privehr.io.privacy_ledger import ledger_totals, read_ledger
 
     run_dir = create_run_directory.fn(PipelineConfig(artifacts_dir=tmp_path, run_id="audited",
-                                                     data={"hdf5_path": small_extract}))
+                                                     data={"hdf5_path": small_extract},
+                                                     training={"expm_nf": {"steps": 60}}))  # the shadows' schedule
     cohort = build_cohort.fn(str(small_extract), run_dir)
     build_features.fn(cohort, split_cohort.fn(cohort, SplitConfig(), run_dir), run_dir)
     ledger = tmp_path / "ledger.jsonl"
