@@ -203,17 +203,22 @@ def _masked_gram_norms(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, gro
     mask has at most D distinct rows (one per degree), so at DP-HFlow's shapes (a conditioner used by 3 blocks,
     276 outputs, R = 12) this was 7 times faster than materialising (bench/hflow_cost.py). Each group's sum is the
     Gram norm of (A * m_r, B restricted to r), so :func:`_gram_norms`' rounding margin applies per group, with
-    K^2 R terms in the final sum. ``rows``, ``group``: the mask's distinct rows and each output's row
-    (``torch.unique(mask, dim=0, return_inverse=True)``)."""
+    K^2 R terms in the final sum (and the rounding of m^2 and of the products before the sums, within its factor 2).
+    The Grams are formed in float64 whatever the inputs' precision: float32 squares underflow below 1e-19 (an
+    absolute error the relative margin misses) and overflow above 2e19 (inf - inf: a NaN norm); both found by an
+    attack on this code, and neither reaches float64's range from float32 inputs. ``rows``, ``group``: the mask's
+    distinct rows and each output's row (``torch.unique(mask, dim=0, return_inverse=True)``)."""
     k, d_in, d_out = a.shape[1], a.shape[2], b.shape[2]
-    members = torch.zeros(d_out, len(rows), dtype=b.dtype, device=b.device)
+    wide = torch.float64
+    a, b, rows = a.to(wide), b.to(wide), rows.to(wide)
+    members = torch.zeros(d_out, len(rows), dtype=wide, device=b.device)
     members[torch.arange(d_out, device=b.device), group] = 1
-    ga = (a[:, :, None, :] * a[:, None, :, :]).flatten(1, 2) @ rows.square().to(b.dtype).T  # (batch, K^2, R)
+    ga = (a[:, :, None, :] * a[:, None, :, :]).flatten(1, 2) @ rows.square().T  # (batch, K^2, R)
     gb = (b[:, :, None, :] * b[:, None, :, :]).flatten(1, 2) @ members
     squared = (ga * gb).sum((1, 2))
     diagonal = torch.arange(k, device=b.device) * (k + 1)  # the (k, k) entries of the flattened K x K Grams
     tokens = (ga[:, diagonal].clamp(min=0) * gb[:, diagonal].clamp(min=0)).sqrt().sum(1)  # (batch, R)
-    margin = 2 * (d_in + d_out + k * k * len(rows) + 3) * torch.finfo(b.dtype).eps * tokens.square().sum(1)
+    margin = 2 * (d_in + d_out + k * k * len(rows) + 3) * torch.finfo(wide).eps * tokens.square().sum(1)
     return (squared + margin).clamp(min=0)
 
 
@@ -236,7 +241,8 @@ class MaskedLinearRule(GhostRule):
             else:
                 rows, group = torch.unique(layer.mask, dim=0, return_inverse=True)
                 if masked_grams_pay(k, len(rows), d_in, d_out):
-                    total += _masked_gram_norms(a, b, rows, group)
+                    wide = _masked_gram_norms(a, b, rows, group)  # float64; rounded up into the batch's precision
+                    total += (wide * (1 + torch.finfo(b.dtype).eps)).to(b.dtype)
                 else:  # the masked per-sample gradients, kept for the clipped sum
                     call.cache["weight"] = torch.bmm(b.transpose(1, 2), a) * layer.mask
                     total += call.cache["weight"].square().sum((1, 2))
@@ -357,7 +363,7 @@ def clipped_gradient_sum(model: nn.Module, losses_fn: Callable[..., torch.Tensor
     squared = torch.zeros(len(inputs[0]), dtype=losses.dtype, device=losses.device)
     for layer, call in joined.items():
         squared = squared + rule_of(layer).squared_norms(layer, call)
-    norms = squared.sqrt()
+    norms = torch.where(squared.isnan(), torch.inf, squared).sqrt()  # a norm no rule could compute is not trusted
     scale = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
     sums = {p: torch.zeros_like(p) for p in trainable}
     for layer, call in joined.items():

@@ -203,6 +203,9 @@ def test_cancelling_tokens_cannot_slip_under_the_clip_of_a_masked_layer():
     v1 = torch.randn(batch, 1, 32, generator=g) * 300
     a = torch.cat([a1, a1 * (1 + 1e-6 * (1 + torch.rand(batch, 1, 1, generator=g)))], 1)
     v = torch.cat([v1, -v1], 1)
+    from privehr.models.dpsgd.ghost_clipping import masked_grams_pay
+
+    assert masked_grams_pay(2, len(torch.unique(mask, dim=0)), 6, 32)  # the grouped Grams are what is attacked
     layer = MaskedLinear(mask)
     layer.bias.requires_grad_(False)
     _, norms, _ = clipped_gradient_sum(layer, lambda m, x, w: (m(x) * w).sum((1, 2)), (a, v), clip)
@@ -210,6 +213,29 @@ def test_cancelling_tokens_cannot_slip_under_the_clip_of_a_masked_layer():
     assert bool((true > 1e-3).all())
     scale = (clip / (norms.double() + 1e-6)).clamp(max=1.0)
     assert bool((scale * true <= clip * (1 + 1e-6)).all()), float((scale * true).max())
+
+
+@pytest.mark.parametrize("a_scale, b_scale", [(2e-23, 3e18), (3e19, 1e-19)])
+def test_a_masked_layers_grams_survive_float32s_range_edges(a_scale, b_scale):
+    """Found by an attack on the grouped Grams: float32 inputs whose squares underflow (the norm came out 1.5 times
+    too small) or overflow (inf - inf: a NaN norm that made the whole clipped sum NaN). The Grams are formed in
+    float64: the norm is never below the true one, and the clipped sum stays finite and within C."""
+    from privehr.models.nf.made import MaskedLinear, made_masks
+
+    g = torch.Generator().manual_seed(0)
+    batch, clip = 16, 1e-4
+    a1 = torch.randn(batch, 1, 6, generator=g) * a_scale
+    v1 = torch.randn(batch, 1, 32, generator=g) * b_scale
+    a = torch.cat([a1, a1 * (1 + torch.rand(batch, 1, 6, generator=g))], 1)
+    v = torch.cat([v1, -v1], 1)
+    layer = MaskedLinear(made_masks(6, [32])[0])
+    losses_fn = lambda m, x, w: (m(x) * w).sum((1, 2))  # noqa: E731
+    _, norms, sums = clipped_gradient_sum(layer, losses_fn, (a, v), clip)
+    weight = torch.einsum("bko,bki->boi", v.double(), a.double()) * layer.mask.double()
+    true = torch.sqrt(weight.flatten(1).square().sum(1) + v.double().sum(1).square().sum(1))
+    assert bool(torch.isfinite(norms).all()) and all(bool(torch.isfinite(s).all()) for s in sums.values())
+    assert bool((norms.double() >= true * (1 - 1e-6)).all())
+    assert float(torch.cat([s.double().flatten() for s in sums.values()]).norm()) <= batch * clip * (1 + 1e-5)
 
 
 def test_an_empty_poisson_batch_gives_zero_sums():
