@@ -201,9 +201,9 @@ def _masked_gram_norms(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, gro
 
     two (K x K) Grams per group r: K^2 R (in + out) numbers where the masked gradient has K in out. A MADE's
     mask has at most D distinct rows (one per degree), so at DP-HFlow's shapes (a conditioner used by 3 blocks,
-    276 outputs, R = 12) this was 7 times faster than materialising (bench/hflow_cost.py). Each group's sum is the
-    Gram norm of (A * m_r, B restricted to r), so :func:`_gram_norms`' rounding margin applies per group, with
-    K^2 R terms in the final sum (and the rounding of m^2 and of the products before the sums, within its factor 2).
+    276 outputs, R = 12) a whole DP-HFlow fit was 2.9-3.4 times faster than materialising (bench/hflow_cost.py).
+    Each group's sum is the Gram norm of (A * m_r, B restricted to r), so :func:`_gram_norms`' rounding margin
+    applies per group, with K^2 R terms in the final sum (and the rounding of m^2 and of the products before the sums, within its factor 2).
     The Grams are formed in float64 whatever the inputs' precision: float32 squares underflow below 1e-19 (an
     absolute error the relative margin misses) and overflow above 2e19 (inf - inf: a NaN norm); both found by an
     attack on this code, and neither reaches float64's range from float32 inputs. ``rows``, ``group``: the mask's
