@@ -16,7 +16,7 @@ def test_dask_cluster_runs_the_grid_like_the_thread_pool(tmp_path, small_extract
             "privacy": {"ledger_path": str(tmp_path / f"{name}.jsonl"), "reproducible_noise": True},
             "training": {"models": ["logistic_regression"], "seeds": 2, "non_private": {"max_epochs": 2},
                          "dp_sgd": {"epochs": 1, "epsilons": [1.0]},
-                         "expm_nf": {"epsilons": [1.0], "steps": 3, "eval_samples": 3},
+                         "expm_nf": {"epsilons": [1.0], "steps": 3, "eval_samples": 3, "seeds": 2},
                          "dp_expm_nf": {"epochs": 1, "epsilons": [1.0], "eval_samples": 3}}})
 
     on_cluster = on_dask(n_workers=2)(config("dask"))
