@@ -40,6 +40,19 @@ def _git_commit() -> str | None:
         return None
 
 
+def _refuse_ledger_in_a_run(ledger: Path, run_dir: Path) -> None:
+    """A ledger is the project's, for every run and flow: one inside a run directory (this run's, or a run that holds
+    it, as a pipeline holds its synthesis subflow's) would be versioned and thrown away with that run, and the next run
+    would start from a full budget."""
+    place = Path(ledger).absolute()
+    runs = [run_dir.absolute()] + [p for p in place.parents if RunLayout(p).provenance.exists()]
+    inside = next((r for r in runs if place.is_relative_to(r)), None)
+    if inside is not None:
+        raise InputError(f"the privacy ledger {place} lies inside the run directory {inside}: it would be versioned and "
+                         "discarded with that run, and the next run would start from a full budget. Point "
+                         "privacy.ledger_path (or PRIVEHR_LEDGER) at the project's ledger, outside any run.")
+
+
 @task(name="create-run-directory")
 def create_run_directory(config: PipelineConfig | BaseModel) -> str:
     """Make the run directory and write ``config.json`` and ``provenance.json``; return its path.
@@ -60,6 +73,7 @@ def create_run_directory(config: PipelineConfig | BaseModel) -> str:
         raise unwritable(err) from None
     if getattr(config, "privacy", None) is not None:
         ledger = Ledger(config.privacy.ledger_path)
+        _refuse_ledger_in_a_run(ledger.path, run_dir)
         if ledger.check_writable():  # a fresh budget is never silent
             run_logger().warning("privacy ledger: a NEW ledger was started at %s: every dataset starts from a full "
                                  "budget here. If this data was released before, stop and point PRIVEHR_LEDGER or "

@@ -53,6 +53,9 @@ class PipelineConfig(_Strict):
         """The synthesis settings of a pipeline run: its own run directory <run>/synthesis, and the pipeline's
         ledger, budget, delta and noise (the table keeps its own dataset id)."""
         privacy = self.privacy.model_copy(update={"dataset_id": self.synthesis.privacy.dataset_id})
+        # set, not defaulted: Prefect validates a subflow's parameters again, and a ledger left to its default would
+        # be put back beside the subflow's artifacts_dir, inside this run's directory (a throw-away ledger)
+        privacy.__pydantic_fields_set__.add("ledger_path")
         return self.synthesis.model_copy(update={"artifacts_dir": Path(run_dir), "run_id": "synthesis",
                                                  "privacy": privacy, "resume": self.resume})
 
