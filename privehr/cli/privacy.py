@@ -22,6 +22,9 @@ def add_privacy_parser(sub, common: argparse.ArgumentParser) -> None:
     ledger.add_argument("--config", type=Path)
     ledger.add_argument("--verify", action="store_true", help="check the ledger's hash chain and head alone: exit "
                                                               "status 0 if intact, 1 naming the first bad line")
+    ledger.add_argument("--migrate", action="store_true", help="chain, once, a ledger no chain vouches for (an older "
+                        "privehr's unchained lines, or an empty ledger whose key has no head); says what it chained. "
+                        "Check the lines first: they are trusted as they stand")
     ledger.set_defaults(func=privacy_ledger)
     convert = privacy_sub.add_parser("convert", parents=[common], help="sigma <-> mu-GDP <-> (epsilon, delta) for "
                                      "T Poisson-subsampled Gaussian steps")
@@ -44,6 +47,8 @@ def privacy_ledger(args) -> int:
     path = args.ledger or config.privacy.ledger_path
     if args.verify:
         return verify_command(args, path)
+    if args.migrate:
+        return migrate_command(args, path)
     delta = args.delta if args.delta is not None else config.privacy.delta
     totals = ledger_totals(path, delta)
     payload = {"ledger": str(path), "delta": delta, "datasets": [t.as_dict() for t in totals]}
@@ -82,6 +87,24 @@ def verify_command(args, path: Path) -> int:
         text = f"privacy ledger {path}: TAMPERED at {where}: {report['problem']}"
     emit(args, report, text)
     return 0 if report["ok"] else 1
+
+
+def migrate_command(args, path: Path) -> int:
+    """``privehr privacy ledger --migrate``: chain an unchained ledger once, saying what it chained."""
+    from privehr.io.privacy_ledger import migrate_ledger  # deferred for start-up time (torch, opacus)
+
+    if not Path(path).exists():
+        raise InputError(f"no privacy ledger at {path}; pass --ledger PATH (or set PRIVEHR_LEDGER)")
+    report = migrate_ledger(path)
+    if report["already"]:
+        text = f"privacy ledger {path}: already chained and intact; nothing was written"
+    else:
+        span = f", written {report['first_utc']} to {report['last_utc']}" if report["first_utc"] else ""
+        text = (f"privacy ledger {path}: chained {report['chained']} line(s) as they stood ({report['releases']} "
+                f"release(s) of {report['datasets']} dataset(s){span}); from now on an unchained line, a missing head "
+                "or an emptied file is refused as tampering")
+    emit(args, report, text)
+    return 0
 
 
 def privacy_convert(args) -> int:

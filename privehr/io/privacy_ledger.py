@@ -44,7 +44,8 @@ from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps
 
 __all__ = ["Ledger", "read_ledger", "ledger_totals", "dataset_delta", "reserve", "record_release", "release_id",
-           "BudgetExceeded", "short_dataset", "LedgerTampered", "LedgerUnreadable", "ChainState", "verify_ledger"]
+           "BudgetExceeded", "short_dataset", "LedgerTampered", "LedgerUnreadable", "ChainState", "verify_ledger",
+           "migrate_ledger"]
 
 
 class BudgetExceeded(InputError):
@@ -144,10 +145,18 @@ def _check_chain(path: Path, lines: list[str], key: bytes | None, head: dict | N
             previous = tags[number] = str(tag)
         entries.append(entry)
     total = len(lines)
+    if entries and not tags:  # no chained line vouches for these: a pre-chain ledger, or one stripped of its chain
+        raise LedgerTampered(path, 1, f"none of its {len(entries)} entries carries a chain tag (a ledger written before "
+                                      "privehr chained its ledger, or one whose chain fields were stripped); check them "
+                                      "against your records, then chain them once with `privehr privacy ledger "
+                                      "--migrate`")
     if head is None:
-        if tags:
-            raise LedgerTampered(path, None, f"{path.name}.head, which records the ledger's length, is missing")
+        if key is not None:
+            raise LedgerTampered(path, None, f"{path.name}.head, which records the ledger's length, is missing (deleted, "
+                                             "or the ledger was emptied)")
         return ChainState(entries, total, len(unchained), None)
+    if key is None:
+        raise LedgerTampered(path, None, f"the ledger's key {path.name}.key is missing, so its head cannot be checked")
     if not head_ok:
         raise LedgerTampered(path, None, "the head does not verify under the ledger's key (edited, or the key was "
                                          "replaced)")
@@ -171,7 +180,7 @@ class _Transaction:
     def append(self, entries: list[LedgerEntry]) -> None:
         if not entries:
             return
-        key, state = self._ledger.key(), self._state
+        key, state = self._ledger._key_in_lock(self._fh), self._state
         previous = state.last
         if previous is None:  # the chain starts here, after whatever unchained lines an older ledger holds
             self._fh.seek(0)
@@ -230,21 +239,65 @@ class Ledger:
         os.replace(tmp, self.head_path)
 
     def _verified(self, lines: list[str]) -> ChainState:
+        self.check_modes()
         return _check_chain(self.path, lines, self._existing_key(), self._head())
+
+    def check_modes(self) -> None:
+        """The ledger, its head and its key are owner-only: a key others could read lets them re-sign an edited
+        ledger, and a ledger or head others could write is theirs to edit. Any other mode is refused, naming the
+        file (``chmod 600``; a key that was readable should be treated as leaked)."""
+        for path in (self.path, self.head_path, self.key_path):
+            try:
+                mode = path.stat().st_mode & 0o777
+            except FileNotFoundError:
+                continue
+            if mode & 0o077:
+                leaked = (" and, as others could read it, treat the key as leaked: the chain is only as safe as the "
+                          "key" if path == self.key_path and mode & 0o044 else "")
+                raise InputError(f"the privacy ledger's {path} has mode {mode:04o}, not owner-only; nothing was read "
+                                 f"or trained. Run `chmod 600 {path}`{leaked}.")
 
     def key(self) -> bytes:
         """The ledger's secret (32 random bytes, created on first use, owner-only): it keys the default dataset
-        ids, so the ids in a run's artifacts say nothing about who is in a dataset."""
+        ids, so the ids in a run's artifacts say nothing about who is in a dataset. A new key comes with the head of
+        an empty chain, written under the ledger's lock: from then on a missing head is tampering."""
+        existing = self._existing_key()
+        if existing is not None:
+            return existing
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        with os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600), "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                return self._key_in_lock(fh)
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _key_in_lock(self, fh, fresh: bool = False) -> bytes:
+        """The key, created (with the head of an empty chain) by the holder of the ledger's exclusive lock; ``fresh``:
+        for a migration, which writes the head of what it chains itself."""
+        existing = self._existing_key()
+        if existing is not None:
+            return existing
+        fh.seek(0)
+        if not fresh and (fh.read().strip() or self._head() is not None):
+            raise LedgerTampered(self.path, None, f"the ledger's key {self.key_path.name} is missing while the ledger "
+                                                  "or its head holds lines; restore the key from a backup (a new key "
+                                                  "would re-sign whatever the ledger now says)")
+        key = secrets.token_bytes(32)
+        tmp = self.key_path.with_name(self.key_path.name + f".{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(key)
+            out.flush()
+            os.fsync(out.fileno())
         try:
-            fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.link(tmp, self.key_path)  # atomic, and never over a key another process made
         except FileExistsError:
             return self._existing_key()
-        key = secrets.token_bytes(32)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(key)
-            fh.flush()
-            os.fsync(fh.fileno())
+        finally:
+            tmp.unlink()
+        if not fresh:
+            self._write_head(key, 0, chain_start(""))
         return key
 
     def check_writable(self) -> bool:
@@ -281,11 +334,25 @@ class Ledger:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    @contextmanager
+    def transaction_unverified(self):
+        """The ledger's file under its exclusive lock, not read (for :func:`migrate_ledger` alone)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600), "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield fh
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
     def state(self) -> ChainState:
         """Every entry, the chain and the head checked (under a shared lock)."""
         if not self.path.exists():
-            if self._head() is not None:
+            head = self._head()
+            if head is not None and head["lines"] > 0:
                 raise LedgerTampered(self.path, 1, "the ledger file is gone but its head records lines")
+            if head is None and self.key_path.exists():
+                raise LedgerTampered(self.path, None, "the ledger file and its head are gone but its key remains")
             return ChainState([], 0, 0, None)
         try:
             fh = open(self.path)
@@ -315,6 +382,61 @@ def verify_ledger(path: str | Path) -> dict:
     except InputError as err:
         return report | {"ok": False, "problem": str(err)}
     return report | {"lines": state.lines, "unchained": state.unchained, "head_lag": state.head_lag}
+
+
+def migrate_ledger(path: str | Path) -> dict:
+    """Chain, once and on purpose, a ledger that no chain vouches for: an older privehr's unchained lines, or an empty
+    ledger whose key has no head. Every entry line is rewritten with its chain fields (the content unchanged; blank
+    lines dropped), atomically, and the head written. Returns what it chained: {"ledger", "chained", "datasets",
+    "releases", "first_utc", "last_utc", "already"} ("already": the ledger verified as it was, nothing written).
+
+    The lines are trusted as they stand: whoever runs this vouches for them, so check them first. A ledger with any
+    chained line is never migrated (its chain already covers the lines before it)."""
+    ledger = Ledger(path)
+    ledger.check_modes()
+    report = {"ledger": str(path), "chained": 0, "datasets": 0, "releases": 0, "first_utc": None, "last_utc": None,
+              "already": False}
+    with ledger.transaction_unverified() as fh:
+        fh.seek(0)
+        lines = fh.read().splitlines()
+        key, head = ledger._existing_key(), ledger._head()
+        try:
+            _check_chain(ledger.path, lines, key, head)
+            return report | {"already": True}
+        except LedgerUnreadable:
+            raise
+        except LedgerTampered:
+            pass
+        if any('"chain"' in line and '"seq"' in line for line in lines):
+            raise LedgerTampered(ledger.path, None, "it holds chained lines, which a migration never rewrites; "
+                                                    "`privehr privacy ledger --verify` names the line at fault")
+        if head is not None and head.get("lines", 0) > 0:
+            raise LedgerTampered(ledger.path, None, "its head records chained lines that are gone; restore the ledger "
+                                                    "from a backup")
+        entries = []
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                try:
+                    entries.append(LedgerEntry.from_dict(json.loads(line)))
+                except (ValueError, TypeError, AttributeError) as err:
+                    raise LedgerUnreadable(ledger.path, number, err) from None
+        key = key if key is not None else ledger._key_in_lock(fh, fresh=True)
+        previous, text = chain_start(""), []
+        for seq, entry in enumerate(entries, 1):
+            content = entry.as_dict()
+            previous = chain_tag(key, previous, seq, content)
+            text.append(strict_dumps({**content, "seq": seq, "chain": previous}) + "\n")
+        tmp = ledger.path.with_name(ledger.path.name + f".{secrets.token_hex(4)}.tmp")
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+            out.write("".join(text))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, ledger.path)  # the lock was on the old file: this command is the steward's, run alone
+        ledger._write_head(key, len(entries), previous)
+    stamps = sorted(e.created_utc for e in entries if e.created_utc)
+    return report | {"chained": len(entries), "datasets": len({e.dataset for e in entries}),
+                     "releases": sum(e.status == "released" for e in entries),
+                     "first_utc": stamps[0] if stamps else None, "last_utc": stamps[-1] if stamps else None}
 
 
 def dataset_delta(entries: list[LedgerEntry]) -> float | None:

@@ -1,6 +1,7 @@
 """The ledger is tamper-evident: an edited epsilon, a deleted middle line, two lines swapped, a cut file and a
 replaced key are each refused naming the line, by a run's read and by `privehr privacy ledger --verify` (exit status
-1; 0 for an intact ledger, --json too). An old unchained ledger is read and chained from its last line."""
+1; 0 for an intact ledger, --json too). Once a ledger has a key, an unchained line, a missing head or an emptied file
+is tampering; an old unchained ledger is chained once, by `privehr privacy ledger --migrate`."""
 
 import json
 import os
@@ -19,15 +20,11 @@ def _entry(epsilon: float, what: str) -> LedgerEntry:
     return LedgerEntry("", "", "dp", epsilon=epsilon, what=what)
 
 
-def _ledger(path: Path, old_lines: int = 0) -> Ledger:
-    """Five lines: ``old_lines`` written by an older privehr (no chain), then reservations and a release."""
-    if old_lines:
-        path.write_text("".join(json.dumps(LedgerEntry("d", f"old#{i}", "dp", epsilon=0.5).as_dict()) + "\n"
-                                for i in range(old_lines)))
+def _ledger(path: Path) -> Ledger:
+    """Five lines: four reservations and a release."""
     ledger = Ledger(path)
     ledger.check_writable()
-    ids, _, _ = reserve(ledger, "d", "r1", {k: _entry(1.0, k) for k in "abcd"[:4 - old_lines]}, None, 1e-5, False,
-                        "releases")
+    ids, _, _ = reserve(ledger, "d", "r1", {k: _entry(1.0, k) for k in "abcd"}, None, 1e-5, False, "releases")
     record_release(path, ids["a"], _entry(1.0, "a"))
     return ledger
 
@@ -126,18 +123,118 @@ def test_deleting_the_last_releases_does_not_refund_their_epsilon(tmp_path):
         Ledger(path).read()
 
 
-def test_an_old_unchained_ledger_is_read_and_chained_from_its_last_line(tmp_path):
+def _mixed_ledger(path: Path) -> None:
+    """What an older privehr left: two unchained lines, then lines chained from them (t_0 covers their bytes)."""
+    from privehr.models.privacy.ledger import chain_start, chain_tag, head_tag
+
+    old = [json.dumps(LedgerEntry("d", f"old#{i}", "dp", epsilon=0.5).as_dict()) for i in range(2)]
+    key, previous, lines = os.urandom(32), chain_start("\n".join(old)), list(old)
+    for seq in (3, 4, 5):
+        content = LedgerEntry("d", f"new#{seq}", "dp", epsilon=1.0).as_dict()
+        previous = chain_tag(key, previous, seq, content)
+        lines.append(json.dumps({**content, "seq": seq, "chain": previous}))
+    for f, data in ((path, ("\n".join(lines) + "\n").encode()), (Path(f"{path}.key"), key),
+                    (Path(f"{path}.head"), json.dumps({"lines": 5, "tag": previous,
+                                                       "mac": head_tag(key, 5, previous)}).encode())):
+        f.write_bytes(data)
+        f.chmod(0o600)
+
+
+def test_an_older_ledger_whose_chain_covers_its_unchained_lines_is_read(tmp_path):
     path = tmp_path / "ledger.jsonl"
-    _ledger(path, old_lines=2)
-    lines = [json.loads(line) for line in _lines(path)]
-    assert ["chain" in line for line in lines] == [False, False, True, True, True]
+    _mixed_ledger(path)
     assert verify_ledger(path) | {"head_lag": 0} == {"ledger": str(path), "ok": True, "lines": 5, "unchained": 2,
                                                      "line": None, "problem": None, "head_lag": 0}
+    reserve(Ledger(path), "d", "r2", {"e": _entry(1.0, "e")}, None, 1e-5, False, "releases")
+    assert verify_ledger(path)["ok"] and len(Ledger(path).read()) == 6
     text = path.read_text()
     path.write_text(text.replace('"epsilon": 0.5', '"epsilon": 0.05', 1))  # an old line edited: the chain covers it
     assert not verify_ledger(path)["ok"]
     path.write_text(text + json.dumps(LedgerEntry("d", "late#1", "dp", epsilon=0.1).as_dict()) + "\n")
-    assert verify_ledger(path)["line"] == 6  # an unchained line after the chain began: inserted by hand
+    assert verify_ledger(path)["line"] == 7  # an unchained line after the chain began: inserted by hand
+
+
+def _strip_chain(path: Path) -> None:
+    """The downgrade: every line's chain fields removed and the head deleted, which made any ledger an 'old' one."""
+    lines = [{k: v for k, v in json.loads(line).items() if k not in ("seq", "chain")} for line in _lines(path)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    Path(f"{path}.head").unlink()
+
+
+def _spend(path: Path) -> float:
+    from privehr.io.privacy_ledger import ledger_totals
+
+    return sum(t.epsilon_dp for t in ledger_totals(path))
+
+
+@pytest.mark.parametrize("how", ["strip_chain", "strip_then_edit_and_delete", "strip_and_delete_key", "empty_file",
+                                 "empty_file_keep_head", "delete_ledger_and_head"])
+def test_a_downgraded_or_emptied_ledger_is_refused_in_one_line_and_spends_nothing(how, tmp_path, capsys):
+    path = tmp_path / "ledger.jsonl"
+    _ledger(path)
+    before = _spend(path)
+    if how.startswith("strip"):
+        _strip_chain(path)
+        if how == "strip_then_edit_and_delete":
+            lines = _lines(path)
+            path.write_text(lines[0].replace('"epsilon": 1.0', '"epsilon": 0.01') + "".join(lines[2:]))
+        if how == "strip_and_delete_key":
+            Path(f"{path}.key").unlink()
+    elif how == "empty_file":
+        path.write_text("")
+        Path(f"{path}.head").unlink()
+    elif how == "empty_file_keep_head":
+        path.write_text("")
+    else:
+        path.unlink()
+        Path(f"{path}.head").unlink()
+    assert not verify_ledger(path)["ok"]
+    with pytest.raises(InputError) as refused:  # what every run's budget check reads: refused, nothing appended
+        reserve(Ledger(path), "d", "r2", {"e": _entry(0.1, "e")}, 1.5, 1e-5, False, "releases")
+    assert "\n" not in str(refused.value) and ("chain" in str(refused.value) or "head" in str(refused.value))
+    assert main(["privacy", "ledger", "--ledger", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") <= 1 and "Traceback" not in error
+    if how != "delete_ledger_and_head":
+        assert main(["privacy", "ledger", "--ledger", str(path), "--verify"]) == 1
+    assert before > 0
+
+
+def test_an_unchained_ledger_is_migrated_once_by_an_explicit_command_that_says_what_it_chains(tmp_path, capsys):
+    path = tmp_path / "ledger.jsonl"
+    old = [LedgerEntry("d", f"old#{i}", "dp", epsilon=0.5, created_utc=f"2026-01-0{i + 1}T00:00:00+00:00")
+           for i in range(3)]
+    path.write_text("".join(json.dumps(e.as_dict()) + "\n" for e in old))
+    path.chmod(0o600)
+    with pytest.raises(LedgerTampered, match="--migrate"):
+        Ledger(path).read()
+    assert main(["privacy", "ledger", "--ledger", str(path), "--migrate", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["chained"] == 3 and report["datasets"] == 1 and report["first_utc"].startswith("2026-01-01")
+    assert Ledger(path).read() == old and verify_ledger(path)["ok"]
+    assert {stat.S_IMODE(f.stat().st_mode) for f in (path, Path(f"{path}.key"), Path(f"{path}.head"))} == {0o600}
+    assert main(["privacy", "ledger", "--ledger", str(path), "--migrate"]) == 0
+    assert "nothing was written" in capsys.readouterr().out
+    _strip_chain(path)  # a migrated ledger stripped again: refused, and a migration of it says so
+    with pytest.raises(LedgerTampered):
+        Ledger(path).read()
+
+
+def test_a_new_ledger_has_a_head_from_its_first_moment(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    Ledger(path).check_writable()
+    assert Path(f"{path}.head").exists() and verify_ledger(path)["ok"] and Ledger(path).read() == []
+
+
+@pytest.mark.parametrize("which, mode", [("", 0o666), (".key", 0o644), (".head", 0o660)])
+def test_a_ledger_file_others_can_read_or_write_is_refused_naming_it(which, mode, tmp_path, capsys):
+    path = tmp_path / "ledger.jsonl"
+    _ledger(path)
+    Path(f"{path}{which}").chmod(mode)
+    with pytest.raises(InputError, match=f"chmod 600 {path}{which}"):
+        Ledger(path).read()
+    assert main(["privacy", "ledger", "--ledger", str(path)]) == 2
+    assert "not owner-only" in capsys.readouterr().err
 
 
 def test_a_crash_between_a_line_and_its_head_is_not_tampering(tmp_path):
