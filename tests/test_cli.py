@@ -240,3 +240,13 @@ def test_a_closed_pipe_ends_the_command_quietly(argv):
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_options_of_one_load_config_never_reach_the_next():
+    """Dotted overrides were written into the profile's own nested dicts: a process's next configuration (a worker's
+    next run) inherited them."""
+    from privehr.core.config import load_config
+
+    load_config(None, "demo", **{"training.expm_nf.models": ["grud"], "synthesis.mice.m": 7})
+    again = load_config(None, "demo")
+    assert again.training.expm_nf.models == ["logistic_regression"] and again.synthesis.mice.m == 2

@@ -34,11 +34,14 @@ True
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import threading
 import warnings
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from typing import Protocol
 
 import numpy as np
 from opacus.accountants import PRVAccountant, RDPAccountant
@@ -46,7 +49,8 @@ from opacus.accountants.analysis import rdp as rdp_analysis
 from opacus.accountants.utils import get_noise_multiplier
 
 __all__ = ["PrivacySpend", "calibrate_noise_multiplier", "epsilon_spent", "prv_epsilon", "rdp_epsilon",
-           "pld_epsilon", "compose_history", "check_target_epsilon", "RDP_ORDERS", "PLD_INTERVAL", "prv_error"]
+           "pld_epsilon", "compose_history", "check_target_epsilon", "RDP_ORDERS", "PLD_INTERVAL", "prv_error",
+           "AccountingStore", "use_store", "use_store_factory", "accounting_version", "recompose_history"]
 
 PRV_MAX_POINTS = 2_000_000  # PRV's discretisation grid: 2 L / mesh points, several float64 arrays each
 PLD_INTERVAL = 1e-4         # PLD's discretisation of the privacy loss (dp-accounting's default)
@@ -55,6 +59,61 @@ PLD_MAX_POINTS = 1_000_000  # PLD's grid over the composed loss: the interval wi
 RDP_ORDERS = RDPAccountant.DEFAULT_ALPHAS + [2.0 ** k for k in range(7, 15)]
 
 History = list[tuple[float, float, int]]
+
+
+class AccountingStore(Protocol):
+    """Where calibrations and compositions outlive a process (``privehr.io.accounting_cache``: a SQLite file).
+
+    Keys hold public inputs only ((epsilon, delta, q, T), or a composed history of (sigma, q, T)) and the
+    :func:`accounting_version` of the code that computed the value; values are what the accountants returned."""
+
+    def get(self, kind: str, key: str) -> dict | None: ...
+
+    def put(self, kind: str, key: str, value: dict) -> None: ...
+
+
+_STORE: AccountingStore | None = None
+_STORE_FACTORY = None
+_STORE_LOCK = threading.Lock()
+
+
+def use_store(store: AccountingStore | None) -> AccountingStore | None:
+    """Keep calibrations and compositions in ``store`` from now on (None: this process only); returns the previous."""
+    global _STORE, _STORE_FACTORY
+    with _STORE_LOCK:
+        previous, _STORE, _STORE_FACTORY = _STORE, store, None
+    return previous
+
+
+def use_store_factory(factory) -> None:
+    """Open the store with ``factory()`` at the first calibration or composition that needs it (none is opened for a
+    process that never accounts); the factory may return None (no store)."""
+    global _STORE_FACTORY
+    with _STORE_LOCK:
+        if _STORE is None:
+            _STORE_FACTORY = factory
+
+
+def _store() -> AccountingStore | None:
+    global _STORE, _STORE_FACTORY
+    if _STORE_FACTORY is not None:
+        with _STORE_LOCK:
+            if _STORE_FACTORY is not None:
+                factory, _STORE_FACTORY = _STORE_FACTORY, None
+                _STORE = factory()
+    return _STORE
+
+
+def accounting_version() -> str:
+    """What a stored value depends on besides its key: the accountants' code and this module's discretisation."""
+    from importlib.metadata import version
+
+    return json.dumps(["privehr-accounting-2", version("opacus"), version("dp-accounting"), PRV_MAX_POINTS,
+                       PLD_INTERVAL, PLD_MAX_POINTS, RDP_ORDERS])
+
+
+def _stored_key(*parts) -> str:
+    return json.dumps([accounting_version(), *parts])
 
 # PRV takes log(0) at the edge of its domain for large q (harmless: those points carry no mass). Filtered once here:
 # ``warnings.catch_warnings`` around each call is not thread-safe, and the grid's task runs account concurrently.
@@ -230,24 +289,48 @@ def compose_history(history: History, delta: float, eps_error: float | None = No
 @lru_cache(maxsize=256)  # the same ledger is composed again by the report, the summary and `privehr privacy ledger`
 def _compose(history: tuple[tuple[float, float, int], ...], delta: float, eps_error: float | None,
              bracket: bool) -> Composition:
-    history = list(history)
+    history = tuple(sorted(history))  # composition is commutative: one key for every order
     if not history:
         return Composition(0.0, 0.0, 0.0, 0.0, 0.0)
+    key = _stored_key([list(h) for h in history], delta, eps_error, bracket)
+    store = _store()
+    stored = store.get("composition", key) if store is not None else None
+    if stored is not None:
+        return Composition(**stored)
+    composed = _compose_now(list(history), delta, eps_error, bracket)
+    if store is not None:
+        store.put("composition", key, asdict(composed))
+    return composed
+
+
+def _compose_now(history: History, delta: float, eps_error: float | None, bracket: bool) -> Composition:
     eps_rdp = rdp_epsilon(history, delta)
     eps_prv, error = _prv(history, delta, eps_error if eps_error is not None else prv_error(eps_rdp), eps_rdp)
     return Composition(eps_prv, eps_rdp, pld_epsilon(history, delta, True, eps_rdp),
                        pld_epsilon(history, delta, False, eps_rdp) if bracket else None, error)
 
 
-def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
-                  target_epsilon: float | None = None) -> PrivacySpend:
-    """epsilon after ``steps`` Poisson-subsampled Gaussian steps, from PRV, RDP and PLD (bracketed)."""
-    history = [(noise_multiplier, sample_rate, steps)]
+def recompose_history(history: History, delta: float, eps_error: float | None = None,
+                      bracket: bool = False) -> Composition:
+    """:func:`compose_history` computed afresh, past every cache and store (what ``--verify`` compares with)."""
+    history = sorted((float(s), float(q), int(t)) for s, q, t in history if t > 0)
+    return _compose_now(history, delta, eps_error, bracket) if history else Composition(0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _rdp_of_one(history: History, delta: float, target_epsilon: float | None) -> float:
     with warnings.catch_warnings():  # "optimal order is the largest alpha": still a valid upper bound
         warnings.simplefilter("ignore", UserWarning)
         eps_rdp = _rdp_spent(history, delta, tuple(RDPAccountant.DEFAULT_ALPHAS))[0]
         if target_epsilon is None or eps_rdp > target_epsilon:  # the large orders are slower; use them if needed
             eps_rdp = min(eps_rdp, _rdp_spent(history, delta, tuple(RDP_ORDERS))[0])
+    return eps_rdp
+
+
+def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
+                  target_epsilon: float | None = None) -> PrivacySpend:
+    """epsilon after ``steps`` Poisson-subsampled Gaussian steps, from PRV, RDP and PLD (bracketed)."""
+    history = [(noise_multiplier, sample_rate, steps)]
+    eps_rdp = _rdp_of_one(history, delta, target_epsilon)
     eps_prv, error = _prv(history, delta, prv_error(target_epsilon or eps_rdp), eps_rdp)
     return PrivacySpend(noise_multiplier, sample_rate, steps, delta, eps_prv, eps_rdp, target_epsilon,
                         pld_epsilon(history, delta, True, eps_rdp), pld_epsilon(history, delta, False, eps_rdp), error)
@@ -276,8 +359,33 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     RDP's bisection is cheap and RDP is almost always the looser bound, so its sigma is found first
     and PRV is only evaluated there; PRV's own (slow) bisection runs only if PRV still exceeds the
     target at that sigma.
+
+    With a store (:func:`use_store`) a calibration is made once for every process: a stored one is taken only after
+    RDP's epsilon at its sigma is computed again here and found equal, and at or below the target (a tenth of a
+    calibration's cost at q = 0.5, a fortieth at q = 0.06), so a damaged or edited store cannot weaken a release.
     """
     target_epsilon = check_target_epsilon(target_epsilon)
+    key = _stored_key(target_epsilon, float(delta), float(sample_rate), int(steps))
+    store = _store()
+    stored = store.get("calibration", key) if store is not None else None
+    if stored is not None:
+        spend = PrivacySpend(**stored)
+        one = [(spend.noise_multiplier, float(sample_rate), int(steps))]
+        again = _rdp_of_one(one, delta, target_epsilon)
+        if spend.epsilon_rdp is not None:
+            if again <= target_epsilon and math.isclose(again, spend.epsilon_rdp, rel_tol=1e-9, abs_tol=1e-12):
+                return spend
+        elif spend.epsilon_prv is not None and spend.epsilon_prv <= target_epsilon:  # below RDP's reach: PRV alone
+            prv = _prv(one, delta, spend.prv_eps_error, again)[0]
+            if prv is not None and prv <= target_epsilon:
+                return spend
+    spend = _calibrate(target_epsilon, delta, sample_rate, steps)
+    if store is not None:
+        store.put("calibration", key, asdict(spend))
+    return spend
+
+
+def _calibrate(target_epsilon: float, delta: float, sample_rate: float, steps: int) -> PrivacySpend:
     sigma = _sigma_for("rdp", target_epsilon, delta, sample_rate, steps)
     spend = epsilon_spent(sigma, sample_rate, steps, delta, target_epsilon) if sigma else None
     if spend is None or spend.epsilon_prv is None or spend.epsilon_prv > target_epsilon:

@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 
-from privehr.models.privacy.accounting import compose_history
+from privehr.models.privacy.accounting import compose_history, recompose_history
 
 __all__ = ["LedgerEntry", "LedgerTotal", "BudgetVerdict", "compose_entries", "check_budget", "MECHANISMS",
            "GAUSSIAN_MECHANISMS",
@@ -171,8 +171,9 @@ class LedgerTotal:
         return asdict(self) | {"guarantee": self.guarantee}
 
 
-def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5) -> LedgerTotal:
-    """Compose what counts of one dataset; ``delta`` is what the DP-SGD part spends."""
+def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5, fresh: bool = False) -> LedgerTotal:
+    """Compose what counts of one dataset; ``delta`` is what the DP-SGD part spends. Identical mechanisms compose as
+    one k-fold composition (their steps add); ``fresh`` recomposes past every cache and store (``--verify``)."""
     datasets = {e.dataset for e in entries}
     if len(datasets) > 1:
         raise ValueError("compose one dataset at a time")
@@ -183,7 +184,7 @@ def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5) -> LedgerTo
         if e.mechanism in GAUSSIAN_MECHANISMS:  # T1 then T2 steps of one mechanism are T1 + T2 steps of it
             steps[(e.noise_multiplier, e.sample_rate)] += e.steps
     history = [(sigma, q, t) for (sigma, q), t in steps.items()]
-    c = compose_history(history, delta, eps_error=0.01)
+    c = (recompose_history if fresh else compose_history)(history, delta, eps_error=0.01)
     other = [e for e in dp if e.mechanism not in GAUSSIAN_MECHANISMS]
     eps_other, delta_other = sum(e.epsilon for e in other), sum(e.delta for e in other)
     not_dp = dict(Counter(GUARANTEES[e.guarantee] for e in counted if e.guarantee != "dp"))

@@ -29,6 +29,7 @@ import errno
 import fcntl
 import hmac
 import json
+import math
 import os
 import secrets
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ from privehr.models.privacy.ledger import (CHAIN_FIELDS, GAUSSIAN_MECHANISMS, Bu
                                            head_tag)
 from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps
+from privehr.io import accounting_cache
+
+accounting_cache.install()  # calibrations and compositions outlive the process (public inputs only)
 
 __all__ = ["Ledger", "read_ledger", "ledger_totals", "dataset_delta", "reserve", "record_release", "release_id",
            "BudgetExceeded", "short_dataset", "LedgerTampered", "LedgerUnreadable", "ChainState", "verify_ledger",
@@ -381,7 +385,17 @@ def verify_ledger(path: str | Path) -> dict:
         return report | {"ok": False, "line": err.line, "problem": err.why}
     except InputError as err:
         return report | {"ok": False, "problem": str(err)}
-    return report | {"lines": state.lines, "unchained": state.unchained, "head_lag": state.head_lag}
+    report |= {"lines": state.lines, "unchained": state.unchained, "head_lag": state.head_lag}
+    for dataset in sorted({e.dataset for e in state.entries}):  # the totals every view shows, against a recomposition
+        mine = [e for e in state.entries if e.dataset == dataset]
+        at = dataset_delta(mine) or 1e-5
+        shown, fresh = compose_entries(mine, at), compose_entries(mine, at, fresh=True)
+        if not math.isclose(shown.epsilon_dp, fresh.epsilon_dp, rel_tol=1e-9, abs_tol=1e-9):
+            return report | {"ok": False, "problem": f"dataset {short_dataset(dataset)}'s cached total "
+                                                     f"{shown.epsilon_dp:.6g} differs from its recomposition "
+                                                     f"{fresh.epsilon_dp:.6g}: the accounting cache is damaged; "
+                                                     "delete it (privehr/io/accounting_cache.py says where)"}
+    return report
 
 
 def migrate_ledger(path: str | Path) -> dict:

@@ -3,8 +3,10 @@ encodings, separators, dot names) through `privehr spec draft`, `validate` and `
 release). Every example ends in a finished run or in exit status 2 with one message line; never a traceback (an
 exception out of main), never a file outside the example's artifacts/<run>, never a cell in a message.
 
-The example count is fixed and derandomized in CI (FUZZ_EXAMPLES); PRIVEHR_FUZZ_EXAMPLES=200 runs a longer
-search. Like SQLite's fuzzers, every input that ever broke it stays as an explicit @example below.
+FUZZ_EXAMPLES generated examples run (PRIVEHR_FUZZ_EXAMPLES=200 runs a longer search) from the seed
+PRIVEHR_FUZZ_SEED, which .ci/run derives from the commit under test and prints: every submission tries other inputs,
+and a failure is replayed with the seed its log names. Like SQLite's fuzzers, every input that ever broke it stays
+as an explicit @example below (those run every time, and are not counted as generated).
 
 The examples run in one child process (`python tests/flows/test_fuzz_inputs.py`), as a user's commands would, with
 its own temporary Prefect server and no test-runner capture around them: in-process under pytest's output capture,
@@ -22,13 +24,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
 from privehr.cli import main
-from privehr.models.synthesis.marginal import marginal_available
 
 FUZZ_EXAMPLES = int(os.environ.get("PRIVEHR_FUZZ_EXAMPLES", "5"))
+FUZZ_SEED = int(os.environ.get("PRIVEHR_FUZZ_SEED", "0"))
 CANARY = "86.4213"  # a value of every table: never in a message
 
 NAMES = ["age", "hr", "sex", "outcome", "a.b", "..", "x y", "é", "1st", "lab_2"]
@@ -146,42 +148,56 @@ ONE_CLASS = {"columns": {"hr": ["86.4213", "70.5", "80.1", "90.2", "60.3", "75.5
              "target": None, "encoding": "utf-8", "separator": ",", "mutation": None}
 
 
-@settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None,
+EXPLICIT: list[dict] = []
+
+
+def explicit(case: dict):
+    """An input that once broke the front door: run every time, before the generated ones, and not counted as one."""
+    EXPLICIT.append(case)
+    return example(case=case)
+
+
+@seed(FUZZ_SEED)
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
 @given(case=tables())
 # inputs that broke it once (the issue's): a binary column of yes/no without categories, a one-class target,
 # dot names, UTF-16, a tab-separated file, bounds the wrong way round
-@example(case=YES_NO_TARGET)
-@example(case=ONE_CLASS | {"target": "outcome"})
-@example(case={"columns": {"..": ["86.4213", "1", "2", "3"], "a.b": ["0", "1", "0", "1"]}, "target": "a.b",
+@explicit(YES_NO_TARGET)
+@explicit(ONE_CLASS | {"target": "outcome"})
+@explicit({"columns": {"..": ["86.4213", "1", "2", "3"], "a.b": ["0", "1", "0", "1"]}, "target": "a.b",
                "encoding": "utf-16", "separator": ",", "mutation": None})
-@example(case={"columns": {"hr": ["86.4213", "1", "2", "3"], "sex": ["a", "b", "a", "é"]}, "target": None,
+@explicit({"columns": {"hr": ["86.4213", "1", "2", "3"], "sex": ["a", "b", "a", "é"]}, "target": None,
                "encoding": "utf-8", "separator": "\t", "mutation": "swap_bounds"})
-@example(case={"columns": {"hr": ["86.4213", "70", "80", "90"]}, "target": None, "encoding": "utf-8",
+@explicit({"columns": {"hr": ["86.4213", "70", "80", "90"]}, "target": None, "encoding": "utf-8",
                "separator": ",", "mutation": "attribute_twice"})
 # a table large enough for both sides of the split (each patient's side is a hash of itself: a table of four can
 # fall on one side, and is refused) that finishes, so the front door's other end is always reached
-@example(case={"columns": {"hr": ["86.4213", "70.5", "80.1", "90.2", "60.3", "75.5", "88.0", "92.4", "66.1", "71.9",
+@explicit({"columns": {"hr": ["86.4213", "70.5", "80.1", "90.2", "60.3", "75.5", "88.0", "92.4", "66.1", "71.9",
                                   "79.3", "84.6"]}, "target": None, "encoding": "utf-8", "separator": ",",
                "mutation": None})
 def fuzz_front_door(case):
     root = Path(tempfile.mkdtemp(prefix="privehr-fuzz-")) / "example"
     os.chdir(root.parent)  # the working directory: nothing may be written here but the example's own files
     outcome = _check_example(case, root)
-    print(f"fuzz example: {outcome}", file=sys.__stderr__, flush=True)
+    kind = "explicit" if case in EXPLICIT else "generated"
+    print(f"fuzz example: {kind}: {outcome}", file=sys.__stderr__, flush=True)
 
 
-@pytest.mark.skipif(not marginal_available(), reason="MST needs private-pgm (pip install 'privehr[baselines]')")
 def test_random_tables_and_specs_finish_or_stop_with_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "PRIVEHR_LEDGER"}
     env |= {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PRIVEHR_FUZZ_EXAMPLES": str(FUZZ_EXAMPLES), "TMPDIR": str(tmp_path)}
+            "PRIVEHR_FUZZ_EXAMPLES": str(FUZZ_EXAMPLES), "PRIVEHR_FUZZ_SEED": str(FUZZ_SEED), "TMPDIR": str(tmp_path)}
     out = subprocess.run([sys.executable, __file__], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=3600)
-    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-6000:]
-    outcomes = [line.split(": ", 1)[1] for line in out.stderr.splitlines() if line.startswith("fuzz example: ")]
-    assert len(outcomes) >= FUZZ_EXAMPLES  # every example ran (the explicit ones, then the generated)
+    replay = f"(seed {FUZZ_SEED}: PRIVEHR_FUZZ_SEED={FUZZ_SEED} PRIVEHR_FUZZ_EXAMPLES={FUZZ_EXAMPLES} replays it)"
+    assert out.returncode == 0, replay + "\n" + out.stdout[-6000:] + out.stderr[-6000:]
+    ran = [line.split(": ")[1:] for line in out.stderr.splitlines() if line.startswith("fuzz example: ")]
+    generated = [outcome for kind, outcome in ran if kind == "generated"]
+    assert len([kind for kind, _ in ran if kind == "explicit"]) == len(EXPLICIT), replay
+    assert len(generated) >= FUZZ_EXAMPLES, (replay, ran)  # the generated examples ran, not only the explicit ones
+    outcomes = [outcome for _, outcome in ran]
     assert "finished" in outcomes and "refused" in outcomes, outcomes  # both ends of the front door were reached
 
 

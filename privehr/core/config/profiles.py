@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import copy
 import json
+from pathlib import Path
 
 import yaml
 
@@ -66,7 +67,9 @@ def load_config(path: str | Path | None = None, profile: str = "demo", **overrid
                              "UTF-8") from None
         if not isinstance(raw, dict):
             raise InputError(f"config file {path} must hold a mapping of settings")
-    raw = _merge(PROFILES[profile], raw)
+    # a copy: the overrides below write into nested dicts, which must never be the profile's own (one call's options
+    # leaked into every later load_config of the process: a worker's next run, the next test)
+    raw = _merge(copy.deepcopy(PROFILES[profile]), raw)
     for dotted, value in overrides.items():
         if value is None:
             continue

@@ -14,7 +14,6 @@ from privehr.core.specs import load_ehr_spec
 from privehr.models.privacy.budget_kinds import budget_kind
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.synthesis import SYNTHESIZERS, SynthesisData, Synthesized, create_synthesizer, get_synthesizer
-from privehr.models.synthesis.marginal import marginal_available
 
 
 def test_every_declared_synthesizer_is_registered_and_the_baselines_are_the_marginal_ones():
@@ -63,8 +62,6 @@ def test_only_the_maf_scaled_by_training_statistics_needs_no_bounds():
 @pytest.mark.parametrize("name", sorted(SYNTHESIZERS))
 def test_every_synthesizer_fits_by_its_plan_and_writes_nothing(name, tmp_path, monkeypatch, one_thread):
     """The same checks for every registered synthesizer, on a small table of the bundled Harrod spec."""
-    if SYNTHESIZERS[name].needs_baselines and not marginal_available():
-        pytest.skip("private-pgm (privehr[baselines]) is not installed")
     monkeypatch.chdir(tmp_path)
     spec = load_ehr_spec("harrod_ehr")
     attributes = list(spec.bounds())[:3]

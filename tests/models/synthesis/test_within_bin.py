@@ -12,7 +12,6 @@ from privehr.core.specs import load_ehr_spec
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.zcdp import cdp_rho
 from privehr.models.synthesis import SynthesisData, create_synthesizer
-from privehr.models.synthesis.marginal import marginal_available
 from privehr.models.synthesis.within_bin import dyadic_sigma, measure_dyadic, sample_within_bins
 
 
@@ -66,7 +65,6 @@ def test_a_heavy_bin_is_refined_when_its_counts_carry_signal_and_stays_uniform_w
     assert stats.kstest(flat[coarse == 0] / 25.0, "uniform").pvalue > 1e-3
 
 
-@pytest.mark.skipif(not marginal_available(), reason="private-pgm (privehr[baselines]) is not installed")
 def test_the_hybrid_spends_the_budgets_rho_between_aim_and_the_histograms():
     spec = load_ehr_spec("harrod_ehr")
     bounds = spec.bounds()
@@ -90,7 +88,6 @@ def test_the_hybrid_spends_the_budgets_rho_between_aim_and_the_histograms():
     assert np.all(values >= lows) and np.all(values <= highs)
 
 
-@pytest.mark.skipif(not marginal_available(), reason="private-pgm (privehr[baselines]) is not installed")
 def test_a_placeholder_standing_in_for_missing_values_is_not_a_value_within_its_bin():
     """With missingness in the release, 40 % of a column is the placeholder (the centre of its bounds, a bin edge):
     the histograms count observed values only, so synthetic observed values do not pile onto the placeholder."""
