@@ -23,13 +23,13 @@ from privehr.core.config import PipelineConfig
 from privehr.core.records import RecordCounts
 from privehr.core.run_layout import RunLayout
 from privehr.core.strict_json import strict_dumps
-from privehr.io.privacy_ledger import record_release
+from privehr.io.privacy_ledger import BudgetExceeded, Ledger, record_release, short_dataset
 from privehr.models.data.patient_split import SPLITS
 from privehr.models.privacy.ledger import LedgerEntry
 from privehr.models.privacy.noisy_count import noisy_count
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import GaussianPlan, Reserved
-from privehr.tasks.release_budget import check_delta, pipeline_dataset_id, reserve_planned
+from privehr.tasks.release_budget import check_delta, pipeline_dataset_id, plan_grid, reserve_planned
 from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
 
@@ -60,10 +60,36 @@ def check_preprocessing_budget(run_dir: str, config: PipelineConfig) -> dict[str
         planned[STATISTICS_KEY] = (plan.ledger_entry(guarantee, "featurizer statistics"), plan)
     if not planned:
         return {}
+    if privacy.budget_epsilon is not None:
+        _the_whole_run_fits(run_dir, config, {k: e for k, (e, _) in planned.items()})
     reservations = reserve_planned(run_dir, pipeline_dataset_id(config), config,
                                    {k: e for k, (e, _) in planned.items()}, "preprocessing release(s)",
                                    out=RunLayout(run_dir).preprocessing_budget)
     return {k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}
+
+
+def _the_whole_run_fits(run_dir: str, config: PipelineConfig, preprocessing: dict[str, LedgerEntry]) -> None:
+    """Under a budget, the run's grid is planned now on the exact training counts and composed with the ledger and
+    the preprocessing releases: a run the budget cannot hold is refused here, before its counts are spent (a refusal
+    spends nothing). The decision reads the exact counts, like the delta check: a refusal to start, seen by the
+    operator who holds the data, and nothing is released; the grid's own check later plans on the released counts."""
+    from privehr.models.methods import grid
+    from privehr.models.privacy.ledger import check_budget
+
+    exact = RecordCounts(source="public", stays={s: read_summary(run_dir, "split_summary").stays(s) for s in SPLITS},
+                         epsilon=None, release=None)
+    planned = [e for e, _ in plan_grid(run_dir, grid(config.training, config.labels), config, exact).values()]
+    dataset = pipeline_dataset_id(config)
+    existing = [e for e in Ledger(config.privacy.ledger_path).read() if e.dataset == dataset]
+    template = {"dataset": dataset, "status": "reserved", "run_id": "pre-check"}
+    whole = [LedgerEntry(**{**e.as_dict(), **template, "release": f"pre-check/{k}"})
+             for k, e in [*preprocessing.items(), *((f"grid-{i}", e) for i, e in enumerate(planned))]]
+    verdict = check_budget(existing, whole, config.privacy.budget_epsilon, config.privacy.delta)
+    if verdict.refused:
+        raise BudgetExceeded(f"privacy budget exceeded for dataset {short_dataset(dataset)}: {verdict.reason}, for "
+                             f"this run's {len(whole)} release(s) (its record counts, statistics and grid together). "
+                             "Nothing was spent, reserved or trained. Fewer budgets, seeds or grid cells, or a budget "
+                             "decision by the data custodian are the ways on.", verdict)
 
 
 @task(name="record-counts")

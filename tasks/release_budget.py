@@ -35,7 +35,8 @@ from privehr.models.privacy.release_plan import GaussianPlan, ReleasePlan, Reser
 from privehr.tasks.train import fit_key, saved_fit, saved_search, search_configurations, search_score_key, trial_key
 
 __all__ = ["check_privacy_budget", "check_synthesis_budget", "pipeline_dataset_id", "synthesis_dataset_id",
-           "reserve_planned", "check_delta", "check_ceiling", "evaluation_key", "search_score_key", "planning_counts"]
+           "reserve_planned", "check_delta", "check_ceiling", "evaluation_key", "search_score_key", "planning_counts",
+           "plan_grid"]
 
 
 def evaluation_key(cell: Cell) -> str:
@@ -82,10 +83,11 @@ def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry
                "pending_reservations_before": before.pending, "voided_reservations": voided,
                "planned": len(planned), "planned_by_guarantee": labels,
                "planned_dp_releases": labels.get(GUARANTEES["dp"], 0),
-               "dp_before_run": before.dp, "epsilon_dp_before_run": before.epsilon_dp,
-               "dp_after_run": after.dp, "epsilon_dp_after_run": after.epsilon_dp,
-               "epsilon_dp_after_run_by_accountant": {"prv": after.epsilon_dp_prv, "rdp": after.epsilon_dp_rdp,
-                                                      "pld": after.epsilon_dp_pld},
+               # the Renyi filter's totals: what the budget binds on (models/privacy/ledger.py says why); the ledger
+               # view (`privehr privacy ledger`) and the run's report give PRV and PLD beside it
+               "binding_accountant": "rdp_filter",
+               "dp_before_run": before.dp, "epsilon_dp_before_run": before.epsilon_dp_rdp,
+               "dp_after_run": after.dp, "epsilon_dp_after_run": after.epsilon_dp_rdp,
                "not_dp_after_run": after.not_dp, "delta": after.delta, "budget_epsilon": verdict.budget_epsilon}
     (out or RunLayout(run_dir).privacy_budget).write_text(strict_dumps(summary, indent=2))
     if not refused:
@@ -147,10 +149,40 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
     :func:`search_score_key` (a DP-SGD search with ``training.tuning: dp``: each trial's noisy dev score
     histograms, one Gaussian mechanism at ``training.search_score_epsilon``, so the search composes with its
     trials and the final fit and the tuned model stays DP) / :func:`evaluation_key`."""
-    training, privacy = config.training, config.privacy
     counts = planning_counts(run_dir, config)
+    check_delta(config.privacy.delta, counts.of("train"))
+    planned = plan_grid(run_dir, cells, config, counts)
+    try:
+        reservations = reserve_planned(run_dir, pipeline_dataset_id(config), config,
+                                       {k: e for k, (e, _) in planned.items()}, "grid release(s)")
+    except BudgetExceeded as refused:
+        spent = _spent_before_the_grid(run_dir, config)
+        if not spent:
+            raise
+        raise BudgetExceeded(f"{refused} This run released before this check: {spent}.", refused.verdict) from None
+    return {k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}
+
+
+def _spent_before_the_grid(run_dir: str, config: PipelineConfig) -> str:
+    """What a pipeline run has released before its grid's budget check, said exactly (the pre-check of
+    ``check-preprocessing-budget`` stops a run that cannot fit before any of it; a run that raced another lands here)."""
+    said = []
+    run = RunLayout(run_dir)
+    if run.record_counts.exists():
+        counts = read_summary(run_dir, "record_counts")
+        if counts.release:
+            said.append(f"its record counts (epsilon {counts.epsilon:g}, in the ledger)")
+    if config.synthesis is not None:
+        said.append("its DP-NF synthesis of the EHR table, recorded under that table's dataset")
+    return " and ".join(said)
+
+
+def plan_grid(run_dir: str, cells: list[Cell], config: PipelineConfig,
+              counts) -> dict[str, tuple[LedgerEntry, ReleasePlan | None]]:
+    """Every release of the grid planned on ``counts`` (key -> (ledger entry, plan)), as :func:`check_privacy_budget`
+    reserves them."""
+    training, privacy = config.training, config.privacy
     n_train, n_fit = counts.of("train"), counts.of("train", "dev")
-    check_delta(privacy.delta, n_train)
     planned: dict[str, tuple[LedgerEntry, ReleasePlan | None]] = {}
     plans: dict[str, ReleasePlan | None] = {}
     for cell in cells:
@@ -189,15 +221,7 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
             evaluation = plans.setdefault("dp evaluation", GaussianPlan.for_epsilon(config.release.evaluation_epsilon,
                                                                                     privacy.delta))
             planned[evaluation_key(cell)] = (evaluation.ledger_entry(guarantee, "DP evaluation"), evaluation)
-    try:
-        reservations = reserve_planned(run_dir, pipeline_dataset_id(config), config,
-                                       {k: e for k, (e, _) in planned.items()}, "grid release(s)")
-    except BudgetExceeded as refused:
-        if config.synthesis is None:
-            raise
-        raise BudgetExceeded(f"{refused} (This run's DP-NF synthesis of the EHR table ran before this check; its "
-                             "releases are recorded under that table's dataset.)", refused.verdict) from None
-    return {k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}
+    return planned
 
 
 @task(name="check-synthesis-budget")

@@ -1,5 +1,5 @@
-"""The zoo of bad inputs: each documented bad input, through the console command as a user runs it (its own Prefect
-server where it gets that far): the exit status, exactly one message line with its key words, no traceback, the raw
+"""The zoo of bad inputs: each documented bad input, through the console command as a user runs it (in its own process
+against one Prefect server where it gets that far): the exit status, exactly one message line with its key words, no traceback, the raw
 input byte-identical, no value of the input or bound of its spec (planted canaries) in stdout, stderr or any table
 of Prefect's database, nothing written outside <artifacts>/<run> (the run id cannot leave it), the ledger unchanged
 and every file a run wrote owner-only (0600, directories 0700)."""
@@ -26,6 +26,8 @@ from privehr.resources import mimic_extract_variables
 from privehr.io.demo_data import write_demo_ehr, write_extract
 from privehr.io.permissions import private_umask
 from privehr.io.privacy_ledger import Ledger, reserve
+
+from oracles import servers
 from privehr.models.privacy.ledger import LedgerEntry
 
 CANARY_SUBJECT = 86420975
@@ -231,7 +233,7 @@ PREPARE = {"ledger_tampered": _tampered_ledger}
 
 
 FLOWS_RAN = {"semicolon", "text_labels", "short_stays", "patient_twice", "derived_source_missing", "delta_half"}
-# each in its own process with its own Prefect server (they start flows, or fail around them)
+# each in its own process, against the module's Prefect server (they start flows, or fail around them)
 CASES = ["semicolon", "text_labels", "short_stays", "patient_twice", "derived_source_missing", "delta_half"]
 # refused before Prefect starts (settings, spec, run id, ledger, the table's or extract's layout): through main() in
 # this process, one after another, a second each instead of a process and its imports each
@@ -243,8 +245,9 @@ EARLY = ["invalid_yaml", "unwritable_artifacts", "unwritable_ledger", "missing_f
          "h5_keyless", "h5_missing"]
 
 
-def _run(case: str, argv: list[str], raw: Path | None, home: Path) -> dict:
-    """The command of one case in its own directory, with its own temporary Prefect server."""
+def _run(case: str, argv: list[str], raw: Path | None, home: Path, server: dict) -> dict:
+    """The command of one case in its own directory, against the module's Prefect server (``server``: its
+    PREFECT_API_URL and its database)."""
     before = hashlib.sha256(raw.read_bytes()).hexdigest() if raw else None
     home.mkdir()
     if case in PREPARE:
@@ -253,26 +256,31 @@ def _run(case: str, argv: list[str], raw: Path | None, home: Path) -> dict:
     ledger = home / "artifacts" / "privacy_ledger.jsonl"
     ledger_before = ledger.read_bytes() if ledger.exists() else None
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "PRIVEHR_LEDGER"}
-    env |= {"PREFECT_HOME": str(home / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env |= {"PREFECT_HOME": str(home / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_API_URL": server["url"]}
     (home / "cwd").mkdir()  # the working directory: a run writes nothing here, whatever its run id
     argv = [a.replace("{input}", str(raw)) for a in argv] + ["--json"]
     if "--artifacts-dir" not in argv:
         argv += ["--artifacts-dir", str(home / "artifacts")]
     out = subprocess.run([sys.executable, "-m", "privehr", *argv], cwd=home / "cwd", env=env, capture_output=True,
                          text=True, timeout=600)
-    return {"out": out, "before": before, "home": home, "ledger": ledger, "ledger_before": ledger_before}
+    return {"out": out, "before": before, "home": home, "ledger": ledger, "ledger_before": ledger_before,
+            "database": server["database"]}
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict:
-    """Every case's command, three at a time: each spends most of its time starting its own server, so side by side
-    they take 88 s on two cores instead of 185 s one after another (the CLI retries a server that starts slowly)."""
+    """Every case's command, three at a time, against one Prefect server (a server per case cost 242 s of a CI
+    worker's time, most of it starting servers); its database is scanned for canaries after every case has run."""
     tmp = tmp_path_factory.mktemp("bad-input")
     cases = _cases(tmp)
-    with ThreadPoolExecutor(3) as pool:
-        futures = {case: pool.submit(_run, case, argv, raw, tmp / f"home-{case}")
-                   for case, (argv, raw, _, _) in cases.items() if case in CASES}
-        return {case: (cases[case], future.result()) for case, future in futures.items()}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "PRIVEHR_LEDGER"}
+    with servers.prefect_server(tmp / "server", base) as (env, _):
+        server = {"url": env["PREFECT_API_URL"], "database": tmp / "server" / "prefect.db"}
+        with ThreadPoolExecutor(3) as pool:
+            futures = {case: pool.submit(_run, case, argv, raw, tmp / f"home-{case}", server)
+                       for case, (argv, raw, _, _) in cases.items() if case in CASES}
+            yield {case: (cases[case], future.result()) for case, future in futures.items()}
 
 
 @pytest.fixture(scope="module")
@@ -310,14 +318,14 @@ def test_bad_input_is_one_message_and_leaks_nothing(case, outcomes):
     (_, raw, status, words), run = outcomes[case]
     _check(case, status, words, raw, run["before"], run["out"], run)
     needles = [CANARY_VALUE, CANARY_VALUE.replace(".", ","), str(CANARY_SUBJECT), CANARY_LOW]
-    database = run["home"] / "prefect" / "prefect.db"
+    database = run["database"]  # the module's server's: every process case's flow runs, this one's among them
     # every table as text (iterdump) and the raw bytes of the database and its write-ahead log (binary columns)
     dump = "\n".join(sqlite3.connect(database).iterdump()).encode() if database.exists() else b""
     dump += b"".join(p.read_bytes() for p in database.parent.glob("prefect.db*") if p.is_file())
     for needle in needles:
         assert needle.encode() not in dump, f"{needle} in Prefect's database"
     if case in FLOWS_RAN:
-        assert b"privehr-" in dump  # positive control: the flow ran on this database, and the scan read it
+        assert b"privehr-" in dump  # positive control: flows ran on this database, and the scan read it
     if case == "delta_half":  # its run started the ledger: a fresh budget is never silent
         assert f"a NEW ledger was started at {run['ledger']}" in run["out"].stderr
 
@@ -333,7 +341,7 @@ def _check(case, status, words, raw, before, out, run) -> None:
         message = json.loads(out.stdout)["error"]
         assert message and "\n" not in message
         assert [line for line in out.stderr.splitlines() if line.startswith("privehr: error:")] == [
-            f"privehr: error: {message}"]
+            f"privehr: error: {message}"], repr(out.stderr[-1500:])
     if raw:
         assert hashlib.sha256(raw.read_bytes()).hexdigest() == before
     # nothing outside <artifacts>/<run> (and Prefect's own home); the working directory stays empty

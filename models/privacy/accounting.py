@@ -175,10 +175,18 @@ def prv_error(target: float) -> float:
     return max(min(0.01, target / 10), 1e-8)
 
 
-@lru_cache(maxsize=4096)  # a ledger repeats a few (sigma, q) over and over: each is computed once per process
+@lru_cache(maxsize=65536)  # a ledger repeats its (sigma, q): each is computed once, and kept in the store
 def _rdp_per_step(noise_multiplier: float, sample_rate: float, orders: tuple[float, ...]) -> np.ndarray:
     """RDP of one Poisson-subsampled Gaussian step at each order (Opacus's analysis; T steps compose to T times it)."""
-    rdp = rdp_analysis.compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders))
+    store = _store()
+    key = _stored_key(noise_multiplier, sample_rate, list(orders)) if store is not None else None
+    stored = store.get("rdp_step", key) if store is not None else None
+    if stored is not None and len(stored.get("rdp", [])) == len(orders):
+        rdp = np.asarray(stored["rdp"], dtype=float)
+    else:
+        rdp = rdp_analysis.compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders))
+        if store is not None:
+            store.put("rdp_step", key, {"rdp": [float(v) for v in rdp]})
     rdp.setflags(write=False)
     return rdp
 

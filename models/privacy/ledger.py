@@ -22,6 +22,14 @@ Composition of what counts (one dataset, at the ledger's delta):
   heterogeneous history by PRV (claimed), RDP and PLD;
 * other (epsilon, delta)-DP entries compose by basic composition (Dwork and Roth, Theorem 3.16);
 * the DP total adds the two; its delta is the ledger's delta plus the other entries' deltas;
+* a **budget binds on the Renyi filter**: RDP's epsilon of the Gaussian history plus the other entries' (the
+  ``epsilon_dp_rdp`` total). Releases are chosen adaptively (tomorrow's grid, its sample rates and its noise depend on
+  today's data and results), and an RDP filter stays valid when the mechanisms and their privacy parameters are chosen
+  adaptively (Feldman and Zrnic, "Individual Privacy Accounting via a Renyi Filter", NeurIPS 2021; with the
+  conversion's minimum over orders, Lecuyer, "Practical Privacy Filters and Odometers with Renyi Differential Privacy",
+  2021). PRV's and PLD's tighter numbers compose a sequence fixed in advance; they are reported beside it, never
+  used to admit a release. The filter is also what stays cheap: RDP adds up order by order, and each distinct
+  (sigma, q) is computed once and kept (``privehr/io/accounting_cache.py``);
 * a release without a proven guarantee (non-private, ExpM+NF whose eps~ is a training parameter,
   DP-SGD or DP-NF with reproducible noise) makes the dataset's total **not DP**; the DP-only total is
   still shown beside it, named as such.
@@ -37,7 +45,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 
-from privehr.models.privacy.accounting import compose_history, recompose_history
+from privehr.models.privacy.accounting import Composition, compose_history, rdp_epsilon, recompose_history
 
 __all__ = ["LedgerEntry", "LedgerTotal", "BudgetVerdict", "compose_entries", "check_budget", "MECHANISMS",
            "GAUSSIAN_MECHANISMS",
@@ -171,9 +179,12 @@ class LedgerTotal:
         return asdict(self) | {"guarantee": self.guarantee}
 
 
-def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5, fresh: bool = False) -> LedgerTotal:
+def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5, fresh: bool = False,
+                    filter_only: bool = False) -> LedgerTotal:
     """Compose what counts of one dataset; ``delta`` is what the DP-SGD part spends. Identical mechanisms compose as
-    one k-fold composition (their steps add); ``fresh`` recomposes past every cache and store (``--verify``)."""
+    one k-fold composition (their steps add); ``fresh`` recomposes past every cache and store (``--verify``);
+    ``filter_only`` computes the Renyi filter alone (what a budget binds on; PRV and PLD are then None and the
+    claimed total is the filter's)."""
     datasets = {e.dataset for e in entries}
     if len(datasets) > 1:
         raise ValueError("compose one dataset at a time")
@@ -184,7 +195,11 @@ def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5, fresh: bool
         if e.mechanism in GAUSSIAN_MECHANISMS:  # T1 then T2 steps of one mechanism are T1 + T2 steps of it
             steps[(e.noise_multiplier, e.sample_rate)] += e.steps
     history = [(sigma, q, t) for (sigma, q), t in steps.items()]
-    c = (recompose_history if fresh else compose_history)(history, delta, eps_error=0.01)
+    if filter_only:
+        rdp = rdp_epsilon(history, delta) if history else 0.0
+        c = Composition(None, rdp, None, None, 0.0)
+    else:
+        c = (recompose_history if fresh else compose_history)(history, delta, eps_error=0.01)
     other = [e for e in dp if e.mechanism not in GAUSSIAN_MECHANISMS]
     eps_other, delta_other = sum(e.epsilon for e in other), sum(e.delta for e in other)
     not_dp = dict(Counter(GUARANTEES[e.guarantee] for e in counted if e.guarantee != "dp"))
@@ -214,21 +229,25 @@ class BudgetVerdict:
 
 def check_budget(existing: list[LedgerEntry], planned: list[LedgerEntry], budget_epsilon: float | None,
                  delta: float) -> BudgetVerdict:
-    """Compose ``existing + planned``; refuse when a budget is set and the dataset would be not DP or above it.
+    """Compose ``existing + planned`` by the Renyi filter; refuse when a budget is set and the dataset would be not DP
+    or above it (the filter binds: see the module docstring). ``before`` and ``after`` hold the filter's totals
+    (``epsilon_dp`` is the filter's there); PRV and PLD are the ledger view's, composed where they are shown.
 
     Every kind of entry counts: a non-private, ExpM+NF or reproducible-noise entry has no finite
     epsilon, so under a budget it is refused like any release that would exceed it.
     """
-    before, after = compose_entries(existing, delta), compose_entries(existing + planned, delta)
+    before = compose_entries(existing, delta, filter_only=True)
+    after = compose_entries(existing + planned, delta, filter_only=True)
     if budget_epsilon is None:
         return BudgetVerdict(before, after, None, False, "no budget set")
     if not after.dp:
         return BudgetVerdict(before, after, budget_epsilon, True,
                              f"releases without a DP guarantee have no finite epsilon to fit a budget ({after.why_not_dp})")
-    if after.epsilon_dp > budget_epsilon:
+    if after.epsilon_dp_rdp > budget_epsilon:
         return BudgetVerdict(before, after, budget_epsilon, True,
-                             f"its DP epsilon would rise from {before.epsilon_dp:.4g} to {after.epsilon_dp:.4g} "
-                             f"(delta {after.delta:.2g}), above the budget {budget_epsilon:g}")
+                             f"its DP epsilon by the Renyi filter (what a budget binds on) would rise from "
+                             f"{before.epsilon_dp_rdp:.4g} to {after.epsilon_dp_rdp:.4g} (delta {after.delta:.2g}), "
+                             f"above the budget {budget_epsilon:g}")
     return BudgetVerdict(before, after, budget_epsilon, False, "within the budget")
 
 

@@ -64,7 +64,9 @@ def privacy_ledger(args) -> int:
                   f"    total guarantee: {guarantee}",
                   f"    DP releases alone (DP-only total): epsilon {t.epsilon_dp:.4g} at delta {t.delta:.2g}; "
                   f"by accountant PRV {fmt(t.epsilon_dp_prv)}, RDP {fmt(t.epsilon_dp_rdp)}, PLD {fmt(t.epsilon_dp_pld)}"
-                  f" (other DP by basic composition: {t.epsilon_other_basic:.4g})"]
+                  f" (other DP by basic composition: {t.epsilon_other_basic:.4g})",
+                  f"    a budget binds on the Renyi filter: epsilon {t.epsilon_dp_rdp:.4g} (releases chosen "
+                  "adaptively night after night; PRV and PLD assume a sequence fixed in advance)"]
         if t.unproven_epsilon_tilde:
             lines.append(f"    ExpM+NF releases (no proven guarantee; epsilon~ {t.unproven_epsilon_tilde})")
     emit(args, payload, "\n".join(lines))

@@ -22,7 +22,8 @@ def test_the_demo_deployment_runs_the_demo_profile():
 
 def test_the_nightly_deployment_validates_and_has_its_schedule():
     nightly = _pipeline("nightly")
-    PipelineConfig.model_validate(nightly["parameters"]["config"])
+    config = PipelineConfig.model_validate(nightly["parameters"]["config"])
+    assert config.privacy.dataset_id  # one budget across nights: a delivery with one patient more is no new dataset
     assert [s["cron"] for s in nightly["schedules"]] == ["0 3 * * *"]
 
 

@@ -22,7 +22,6 @@ import tempfile
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-import pytest
 import yaml
 from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st

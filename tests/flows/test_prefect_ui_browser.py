@@ -5,11 +5,8 @@ A screenshot of the page is saved under the run directory."""
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from privehr.io.demo_data import write_demo_ehr
+
+from oracles import servers
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -36,12 +35,6 @@ def _require_browser():
         pytest.fail(message) if os.environ.get("PRIVEHR_REQUIRE_BROWSER") else pytest.skip(message)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _prefect(env, *args, timeout=300) -> str:
     out = subprocess.run([str(BIN / "prefect"), *args], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=timeout)
@@ -49,46 +42,21 @@ def _prefect(env, *args, timeout=300) -> str:
     return out.stdout
 
 
-@pytest.fixture
-def prefect_server(tmp_path):
-    port = _free_port()
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PREFECT_LOCAL_STORAGE_PATH": str(tmp_path / "storage")}
-    server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
-    worker = None
-    try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(1)
-        else:
-            pytest.fail("the Prefect server did not start within 120 s")
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory):
+    """One server and one process worker for the module's tests (each reads only what its own run made: its run
+    directory, and the artifacts that link under its own pages port)."""
+    tmp_path = tmp_path_factory.mktemp("prefect-server")
+    base = {**os.environ, "PREFECT_LOCAL_STORAGE_PATH": str(tmp_path / "storage")}
+    with servers.prefect_server(tmp_path / "prefect-home", base, startup_s=120) as (env, port):
         _prefect(env, "work-pool", "create", "privehr-process", "--type", "process")
         worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privehr-process"], cwd=ROOT,
                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
-        yield env, port
-    finally:
-        for process in (worker, server):
-            if process is not None:
-                _stop(process)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM the process group (the server runs uvicorn in a child), SIGKILL it after 30 s."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
-            os.killpg(process.pid, sig)
-            process.wait(timeout=30)
-            return
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            continue
+            yield env, port
+        finally:
+            servers.stop(worker)
 
 
 def test_deployment_run_shows_its_artifacts_in_the_ui(prefect_server, tmp_path):
@@ -171,7 +139,7 @@ def test_the_ui_artifacts_link_the_served_data_docs_and_report(prefect_server, t
     env, port = prefect_server
     artifacts = tmp_path / "artifacts"
     artifacts.mkdir()
-    pages_port = _free_port()
+    pages_port = servers.free_port()
     base_url = f"http://127.0.0.1:{pages_port}"
     serve = subprocess.Popen([str(BIN / "privehr"), "serve", "--artifacts-dir", str(artifacts), "--port",
                               str(pages_port)], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
@@ -219,7 +187,7 @@ def test_the_ui_artifacts_link_the_served_data_docs_and_report(prefect_server, t
         finally:
             driver.quit()
     finally:
-        _stop(serve)
+        servers.stop(serve)
     href, title, text, _, shot = landed["data_docs"]
     assert href.startswith(f"{base_url}/pages/validation/") and href.endswith("index.html")
     assert "Data Docs" in text and "Validation Results" in text

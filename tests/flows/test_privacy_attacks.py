@@ -193,3 +193,18 @@ def test_a_crash_after_training_leaves_the_release_counted(tmp_path, small_extra
     assert resumed.epsilon_dp == pytest.approx(crashed.epsilon_dp, rel=0.02)
     statuses = [e.status for e in read_ledger(ledger2)]
     assert statuses.count("void") == 1 and statuses.count("reserved") == 3
+
+
+def test_a_run_refused_for_its_budget_spends_nothing(tmp_path, small_extract):
+    """The grid cannot fit the budget: the run is refused before its record counts are released (they were spent,
+    epsilon 0.1, while the message said nothing was reserved), and the ledger's spend is what it was."""
+    config = PipelineConfig.model_validate({
+        **GRID, "data": {"hdf5_path": str(small_extract)}, "artifacts_dir": str(tmp_path / "artifacts"),
+        "run_id": "over", "versioning": {"dvc": False}, "validation": {"enabled": False},
+        "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl"), "budget_epsilon": 0.5},
+        "release": {"bundle": False, "record_count": "dp"}})
+    with pytest.raises(InputError, match="Nothing was spent, reserved or trained") as refused:
+        pipeline(config)
+    assert "\n" not in str(refused.value)
+    assert read_ledger(tmp_path / "ledger.jsonl") == [] and ledger_totals(tmp_path / "ledger.jsonl") == []
+    assert not (tmp_path / "artifacts" / "over" / "record_counts.json").exists()

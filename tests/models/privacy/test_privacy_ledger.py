@@ -70,7 +70,7 @@ def test_reservations_count_until_settled_and_a_release_counts_whatever_its_rese
 
 def test_budget_refuses_whatever_would_exceed_it():
     existing = [_sgd(1.0, 0.05, 200, "a")]
-    eps = compose_entries(existing).epsilon_dp
+    eps = compose_entries(existing).epsilon_dp_rdp  # the Renyi filter binds
     assert not check_budget(existing, [], eps + 0.1, 1e-5).refused
     assert check_budget(existing, [_sgd(1.0, 0.05, 200, "b")], eps + 0.1, 1e-5).refused
     for no_guarantee in (LedgerEntry("d1", "np", "non_private"), LedgerEntry("d1", "ex", "expm_nf", 0.1),
@@ -78,6 +78,19 @@ def test_budget_refuses_whatever_would_exceed_it():
         verdict = check_budget(existing, [no_guarantee], 1000.0, 1e-5)
         assert verdict.refused and "without a DP guarantee" in verdict.reason
     assert not check_budget(existing, [LedgerEntry("d1", "np", "non_private")], None, 1e-5).refused  # no budget
+
+
+def test_a_budget_binds_on_the_renyi_filter_not_on_prv():
+    """Releases are chosen adaptively night after night: a budget between PRV's total (tight for a sequence fixed in
+    advance) and the RDP filter's is refused, and the refusal names the filter; the filter's total is the view's RDP."""
+    existing = [_sgd(1.0, 0.05, 200, "a"), _sgd(1.2, 0.05, 300, "b")]
+    shown = compose_entries(existing)
+    assert shown.epsilon_dp_prv < shown.epsilon_dp_rdp
+    between = (shown.epsilon_dp_prv + shown.epsilon_dp_rdp) / 2
+    verdict = check_budget(existing[:1], existing[1:], between, 1e-5)
+    assert verdict.refused and "Renyi filter" in verdict.reason
+    assert verdict.after.epsilon_dp_rdp == pytest.approx(shown.epsilon_dp_rdp, rel=1e-12)
+    assert not check_budget(existing[:1], existing[1:], shown.epsilon_dp_rdp * 1.001, 1e-5).refused
 
 
 def test_old_ledgers_read_and_entries_are_validated():
