@@ -108,7 +108,7 @@ def accounting_version() -> str:
     """What a stored value depends on besides its key: the accountants' code and this module's discretisation."""
     from importlib.metadata import version
 
-    return json.dumps(["privehr-accounting-2", version("opacus"), version("dp-accounting"), PRV_MAX_POINTS,
+    return json.dumps(["privehr-accounting-3", version("opacus"), version("dp-accounting"), PRV_MAX_POINTS,
                        PLD_INTERVAL, PLD_MAX_POINTS, RDP_ORDERS])
 
 
@@ -223,7 +223,9 @@ def _prv(history: History, delta: float, eps_error: float, epsilon_rdp: float) -
         with warnings.catch_warnings():  # log(0) at the edge of PRV's domain for large q; its RDP domain estimate's
             warnings.simplefilter("ignore", RuntimeWarning)  # "largest alpha" note: both harmless
             warnings.simplefilter("ignore", UserWarning)
-            return float(prv.get_epsilon(delta, eps_error=eps_error)), eps_error
+            epsilon = float(prv.get_epsilon(delta, eps_error=eps_error))
+            # a loss beyond PRV's domain (very long compositions) comes back infinite: no estimate, RDP stands
+            return (epsilon if math.isfinite(epsilon) else None), eps_error
     except (ValueError, RuntimeError, AssertionError, MemoryError):  # known numerical failures (opacus #591, #601)
         return None, eps_error
 

@@ -112,3 +112,16 @@ def test_cached_rdp_equals_opacus_rdp_accountant_exactly():
     before = _rdp_per_step.cache_info().hits
     _rdp_spent([(1.1, 0.01, 100), (1.1, 0.01, 300)], 1e-5, tuple(RDPAccountant.DEFAULT_ALPHAS))
     assert _rdp_per_step.cache_info().hits >= before + 1
+
+
+def test_an_infinite_prv_estimate_is_no_estimate_and_rdp_stands(monkeypatch):
+    """Opacus's PRV returns inf for very long compositions (a year of nightly grids); the claim is then RDP's."""
+    from opacus.accountants import PRVAccountant
+
+    from privehr.models.privacy import accounting
+
+    monkeypatch.setattr(PRVAccountant, "get_epsilon", lambda self, delta, eps_error=0.01: float("inf"))
+    monkeypatch.setattr(accounting, "_STORE", None)
+    monkeypatch.setattr(accounting, "_STORE_FACTORY", None)
+    composed = accounting.recompose_history([(1.1, 0.02, 777)], 1e-5, eps_error=0.01)
+    assert composed.prv is None and composed.claimed == composed.rdp and composed.rdp < float("inf")
