@@ -60,15 +60,17 @@ def check_preprocessing_budget(run_dir: str, config: PipelineConfig) -> dict[str
         planned[STATISTICS_KEY] = (plan.ledger_entry(guarantee, "featurizer statistics"), plan)
     if not planned:
         return {}
+    dataset = pipeline_dataset_id(config)  # read once: the default id hashes every subject id of the file
     if privacy.budget_epsilon is not None:
-        _the_whole_run_fits(run_dir, config, {k: e for k, (e, _) in planned.items()})
-    reservations = reserve_planned(run_dir, pipeline_dataset_id(config), config,
+        _the_whole_run_fits(run_dir, config, dataset, {k: e for k, (e, _) in planned.items()})
+    reservations = reserve_planned(run_dir, dataset, config,
                                    {k: e for k, (e, _) in planned.items()}, "preprocessing release(s)",
                                    out=RunLayout(run_dir).preprocessing_budget)
     return {k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}
 
 
-def _the_whole_run_fits(run_dir: str, config: PipelineConfig, preprocessing: dict[str, LedgerEntry]) -> None:
+def _the_whole_run_fits(run_dir: str, config: PipelineConfig, dataset: str,
+                        preprocessing: dict[str, LedgerEntry]) -> None:
     """Under a budget, the run's grid is planned now on the exact training counts and composed with the ledger and
     the preprocessing releases: a run the budget cannot hold is refused here, before its counts are spent (a refusal
     spends nothing). The decision reads the exact counts, like the delta check: a refusal to start, seen by the
@@ -79,7 +81,6 @@ def _the_whole_run_fits(run_dir: str, config: PipelineConfig, preprocessing: dic
     exact = RecordCounts(source="public", stays={s: read_summary(run_dir, "split_summary").stays(s) for s in SPLITS},
                          epsilon=None, release=None)
     planned = [e for e, _ in plan_grid(run_dir, grid(config.training, config.labels), config, exact).values()]
-    dataset = pipeline_dataset_id(config)
     existing = [e for e in Ledger(config.privacy.ledger_path).read() if e.dataset == dataset]
     template = {"dataset": dataset, "status": "reserved", "run_id": "pre-check"}
     whole = [LedgerEntry(**{**e.as_dict(), **template, "release": f"pre-check/{k}"})

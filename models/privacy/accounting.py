@@ -104,6 +104,7 @@ def _store() -> AccountingStore | None:
     return _STORE
 
 
+@lru_cache(maxsize=1)
 def accounting_version() -> str:
     """What a stored value depends on besides its key: the accountants' code and this module's discretisation."""
     from importlib.metadata import version
@@ -175,36 +176,51 @@ def prv_error(target: float) -> float:
     return max(min(0.01, target / 10), 1e-8)
 
 
-@lru_cache(maxsize=65536)  # a ledger repeats its (sigma, q): each is computed once, and kept in the store
-def _rdp_per_step(noise_multiplier: float, sample_rate: float, orders: tuple[float, ...]) -> np.ndarray:
+@lru_cache(maxsize=65536)  # a ledger repeats its (sigma, q): each is computed once per process
+def _rdp_step_computed(noise_multiplier: float, sample_rate: float, orders: tuple[float, ...]) -> np.ndarray:
     """RDP of one Poisson-subsampled Gaussian step at each order (Opacus's analysis; T steps compose to T times it)."""
-    store = _store()
-    key = _stored_key(noise_multiplier, sample_rate, list(orders)) if store is not None else None
-    stored = store.get("rdp_step", key) if store is not None else None
-    if stored is not None and len(stored.get("rdp", [])) == len(orders):
-        rdp = np.asarray(stored["rdp"], dtype=float)
-    else:
-        rdp = rdp_analysis.compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders))
-        if store is not None:
-            store.put("rdp_step", key, {"rdp": [float(v) for v in rdp]})
+    rdp = rdp_analysis.compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders))
     rdp.setflags(write=False)
     return rdp
 
 
-def _rdp_spent(history: History, delta: float, orders: tuple[float, ...]) -> tuple[float, float]:
-    """(epsilon, best order) of ``history``: Opacus's RDPAccountant.get_privacy_spent, with the per-step RDP cached."""
-    rdp = sum([_rdp_per_step(float(s), float(q), orders) * int(t) for s, q, t in history])
+@lru_cache(maxsize=65536)
+def _rdp_step_stored(noise_multiplier: float, sample_rate: float, orders: tuple[float, ...]) -> np.ndarray:
+    """:func:`_rdp_step_computed`, kept in the store for the ledger's compositions (a growing database brings new
+    (sigma, q) every night, each composed by every later process). Never used for a release's own claims or a
+    calibration's check, which stay independent of the store."""
+    store = _store()
+    if store is None:
+        return _rdp_step_computed(noise_multiplier, sample_rate, orders)
+    key = _stored_key(noise_multiplier, sample_rate, list(orders))
+    stored = store.get("rdp_step", key)
+    if stored is not None and len(stored.get("rdp", [])) == len(orders):
+        rdp = np.asarray(stored["rdp"], dtype=float)
+        rdp.setflags(write=False)
+        return rdp
+    rdp = _rdp_step_computed(noise_multiplier, sample_rate, orders)
+    store.put("rdp_step", key, {"rdp": [float(v) for v in rdp]})
+    return rdp
+
+
+def _rdp_spent(history: History, delta: float, orders: tuple[float, ...],
+               stored: bool = False) -> tuple[float, float]:
+    """(epsilon, best order) of ``history``: Opacus's RDPAccountant.get_privacy_spent, with the per-step RDP cached
+    (``stored``: also kept in the store, for the ledger's compositions)."""
+    per_step = _rdp_step_stored if stored else _rdp_step_computed
+    rdp = sum([per_step(float(s), float(q), orders) * int(t) for s, q, t in history])
     eps, order = rdp_analysis.get_privacy_spent(orders=list(orders), rdp=rdp, delta=delta)
     return float(eps), float(order)
 
 
-def rdp_epsilon(history: History, delta: float) -> float:
-    """RDP's epsilon; the large orders are tried where Opacus's optimum sits at its largest order."""
+def rdp_epsilon(history: History, delta: float, stored: bool = False) -> float:
+    """RDP's epsilon; the large orders are tried where Opacus's optimum sits at its largest order (``stored``: the
+    per-step curves may come from the store, as the ledger's compositions take them)."""
     with warnings.catch_warnings():  # "optimal order is the largest alpha": still a valid upper bound
         warnings.simplefilter("ignore", UserWarning)
-        eps, order = _rdp_spent(history, delta, tuple(RDPAccountant.DEFAULT_ALPHAS))
+        eps, order = _rdp_spent(history, delta, tuple(RDPAccountant.DEFAULT_ALPHAS), stored)
         if order >= max(RDPAccountant.DEFAULT_ALPHAS):
-            eps = min(eps, _rdp_spent(history, delta, tuple(RDP_ORDERS))[0])
+            eps = min(eps, _rdp_spent(history, delta, tuple(RDP_ORDERS), stored)[0])
     return float(eps)
 
 
@@ -307,14 +323,15 @@ def _compose(history: tuple[tuple[float, float, int], ...], delta: float, eps_er
     stored = store.get("composition", key) if store is not None else None
     if stored is not None:
         return Composition(**stored)
-    composed = _compose_now(list(history), delta, eps_error, bracket)
+    composed = _compose_now(list(history), delta, eps_error, bracket, stored=True)
     if store is not None:
         store.put("composition", key, asdict(composed))
     return composed
 
 
-def _compose_now(history: History, delta: float, eps_error: float | None, bracket: bool) -> Composition:
-    eps_rdp = rdp_epsilon(history, delta)
+def _compose_now(history: History, delta: float, eps_error: float | None, bracket: bool,
+                 stored: bool = False) -> Composition:
+    eps_rdp = rdp_epsilon(history, delta, stored)
     eps_prv, error = _prv(history, delta, eps_error if eps_error is not None else prv_error(eps_rdp), eps_rdp)
     return Composition(eps_prv, eps_rdp, pld_epsilon(history, delta, True, eps_rdp),
                        pld_epsilon(history, delta, False, eps_rdp) if bracket else None, error)

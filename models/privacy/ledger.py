@@ -196,7 +196,7 @@ def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5, fresh: bool
             steps[(e.noise_multiplier, e.sample_rate)] += e.steps
     history = [(sigma, q, t) for (sigma, q), t in steps.items()]
     if filter_only:
-        rdp = rdp_epsilon(history, delta) if history else 0.0
+        rdp = rdp_epsilon(history, delta, stored=not fresh) if history else 0.0
         c = Composition(None, rdp, None, None, 0.0)
     else:
         c = (recompose_history if fresh else compose_history)(history, delta, eps_error=0.01)

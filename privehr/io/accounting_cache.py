@@ -2,14 +2,17 @@
 
 A noise calibration (sigma from epsilon, delta, q and T) costs seconds at q = 0.5, and every process that plans a
 release (each run, each subflow, each CLI call, each test worker) used to make it again; so did each composition of
-a ledger's history for the budget check, the ledger view and the release card. Both are functions of public inputs
-(the keys hold no patient-level value and no dataset id), so they are kept here, keyed by their inputs and
-:func:`privehr.models.privacy.accounting.accounting_version`:
+a ledger's history for the budget check, the ledger view and the release card. Both are functions of (epsilon,
+delta, q, T) or of (sigma, q, T) histories, kept here keyed by those and
+:func:`privehr.models.privacy.accounting.accounting_version`. The keys hold no patient-level value and no dataset id,
+but a q can be b / n for an exact training count (the pipeline's budget pre-check plans on the exact counts), so the
+store is owner-only and stays inside the hospital, like a run's ``intermediate/``; nothing in it enters a bundle.
 
-* a stored calibration is used only after RDP's epsilon at its sigma is computed again and found equal and within
-  the target (``models/privacy/accounting.py``), so an edited store cannot weaken a release;
-* a stored composition is trusted like the ledger's own files: the store is owner-only (a store others may write is
-  not used, and said so once), and ``privehr privacy ledger --verify`` recomposes every dataset past it.
+* a stored calibration is used only after RDP's epsilon at its sigma is computed again, without the store, and found
+  equal and within the target (``models/privacy/accounting.py``), so an edited store cannot weaken a release;
+* stored compositions and per-step RDP curves are trusted like the ledger's own files: the store is owner-only (a
+  store others may write is not used, and said so once), and ``privehr privacy ledger --verify`` recomposes every
+  dataset without it.
 
 Where: ``$PRIVEHR_CACHE_DIR``, else ``$XDG_CACHE_HOME/privehr``, else ``~/.cache/privehr``. A directory that cannot
 be made or written leaves this process with its in-memory caches, as before.

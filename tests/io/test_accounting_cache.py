@@ -21,8 +21,9 @@ def store(tmp_path):
     """A fresh store, and no in-process memo between the 'processes' of a test."""
     cache = AccountingCache.open(tmp_path / "cache")
     previous = use_store(cache)
-    calibrate_noise_multiplier.cache_clear()
-    accounting._compose.cache_clear()
+    for cached in (calibrate_noise_multiplier, accounting._compose, accounting._rdp_step_stored,
+                   accounting._rdp_step_computed):
+        cached.cache_clear()
     yield cache
     use_store(previous)
     calibrate_noise_multiplier.cache_clear()
@@ -48,6 +49,9 @@ def test_an_edited_calibration_is_not_used(store):
     (key, kept), = _rows(store, "calibration")
     forged = kept | {"noise_multiplier": kept["noise_multiplier"] / 2}  # half the noise, the same claims
     store.put("calibration", key, forged)
+    for orders in (tuple(accounting.RDPAccountant.DEFAULT_ALPHAS), tuple(accounting.RDP_ORDERS)):  # and its RDP curve
+        store.put("rdp_step", accounting._stored_key(forged["noise_multiplier"], CASE[2], list(orders)),
+                  {"rdp": [1e-9] * len(orders)})  # forged too: the check computes RDP itself
     calibrate_noise_multiplier.cache_clear()
     again = calibrate_noise_multiplier(*CASE)
     assert again.noise_multiplier == honest.noise_multiplier and again.epsilon_rdp <= CASE[0]

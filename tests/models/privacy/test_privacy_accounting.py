@@ -94,7 +94,7 @@ def test_cached_rdp_equals_opacus_rdp_accountant_exactly():
     import numpy as np
     from opacus.accountants import RDPAccountant
 
-    from privehr.models.privacy.accounting import RDP_ORDERS, _rdp_per_step, _rdp_spent, rdp_epsilon
+    from privehr.models.privacy.accounting import RDP_ORDERS, _rdp_step_computed, _rdp_spent, rdp_epsilon
 
     rng = np.random.default_rng(0)
     with warnings.catch_warnings():
@@ -109,9 +109,9 @@ def test_cached_rdp_equals_opacus_rdp_accountant_exactly():
                 assert _rdp_spent(history, 1e-5, tuple(orders)) == accountant.get_privacy_spent(delta=1e-5,
                                                                                                  alphas=orders)
             assert rdp_epsilon(history, 1e-5) <= accountant.get_epsilon(1e-5)
-    before = _rdp_per_step.cache_info().hits
+    before = _rdp_step_computed.cache_info().hits
     _rdp_spent([(1.1, 0.01, 100), (1.1, 0.01, 300)], 1e-5, tuple(RDPAccountant.DEFAULT_ALPHAS))
-    assert _rdp_per_step.cache_info().hits >= before + 1
+    assert _rdp_step_computed.cache_info().hits >= before + 1
 
 
 def test_an_infinite_prv_estimate_is_no_estimate_and_rdp_stands(monkeypatch):
