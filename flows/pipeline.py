@@ -1,7 +1,7 @@
 """privehr-pipeline: [dvc pull of missing inputs] -> ingest -> validate (GX gate) -> cohort -> split
--> check labels -> record counts (DP) -> features (public or DP statistics) -> [privehr-synthesize subflow on the
-EHR table] -> budget check (reserves every release) -> search[cell] -> fit[cell, seed] (each release into the
-ledger as it is trained, its test predictions kept under intermediate/) -> release bundle (DP evaluation, model
+-> patient budget (who is left out) -> check labels -> record counts (DP) -> features (public or DP statistics)
+-> [privehr-synthesize subflow on the EHR table] -> budget check (reserves every release) -> search[cell]
+-> fit[cell, seed] (each release into the ledger as it is trained, its test predictions kept under intermediate/) -> release bundle (DP evaluation, model
 card, manifest) -> report (the card first; medians, calibration, bootstrap intervals, subgroups, report.html)
 -> version.
 
@@ -27,6 +27,7 @@ from privehr.core.config import PipelineConfig
 from privehr.tasks.cohort import build_cohort
 from privehr.tasks.compute import CONCURRENT_FITS
 from privehr.tasks.features import build_features
+from privehr.tasks.patient_budget import leave_out_spent_patients
 from privehr.tasks.record_counts import COUNTS_KEY, STATISTICS_KEY, check_preprocessing_budget, release_record_counts
 from privehr.tasks.release_bundle import write_release_bundle
 from privehr.tasks.ingest import ingest_extract
@@ -71,6 +72,8 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
             cohort = build_cohort(str(data.hdf5_path), run_dir, **window, validation_report=report, mimic_spec=spec)
         with clock.stage("split"):
             manifest = split_cohort(cohort, config.split, run_dir)
+            # who takes part: a patient this run would take past their budget is left out (the run goes on)
+            manifest = leave_out_spent_patients(cohort, manifest, run_dir, config)
             check_labels(manifest, config.labels)
         with clock.stage("record counts"):  # before any plan: every plan is built from them
             preprocessing = check_preprocessing_budget(run_dir, config)

@@ -23,31 +23,25 @@ from privehr.core.config import PipelineConfig
 from privehr.core.records import RecordCounts
 from privehr.core.run_layout import RunLayout
 from privehr.core.strict_json import strict_dumps
-from privehr.io.privacy_ledger import BudgetExceeded, Ledger, record_release, short_dataset
+from privehr.io.privacy_ledger import record_release
 from privehr.models.data.patient_split import SPLITS
 from privehr.models.privacy.ledger import LedgerEntry
 from privehr.models.privacy.noisy_count import noisy_count
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import GaussianPlan, Reserved
-from privehr.tasks.release_budget import check_delta, pipeline_dataset_id, plan_grid, reserve_planned
+from privehr.tasks.release_budget import check_delta, pipeline_dataset_id, reserve_planned, run_members
 from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
 
-__all__ = ["check_preprocessing_budget", "release_record_counts", "COUNTS_KEY", "STATISTICS_KEY"]
+__all__ = ["check_preprocessing_budget", "release_record_counts", "COUNTS_KEY", "STATISTICS_KEY", "preprocessing_plan"]
 
 COUNTS_KEY, STATISTICS_KEY = "record-counts", "featurizer-statistics"
 
 
-@task(name="check-preprocessing-budget")
-def check_preprocessing_budget(run_dir: str, config: PipelineConfig) -> dict[str, Reserved]:
-    """Reserve the record counts (``release.record_count: dp``) and the featurizer's DP statistics
-    (``release.featurizer: dp``); raise if the budget would be exceeded. Returns what it reserved by key."""
+def preprocessing_plan(run_dir: str, config: PipelineConfig) -> dict[str, tuple[LedgerEntry, object]]:
+    """The record counts (``release.record_count: dp``) and the featurizer's DP statistics (``release.featurizer:
+    dp``) this run will release, by key (a resumed run reuses what its earlier attempt released, recorded then)."""
     release, privacy, run = config.release, config.privacy, RunLayout(run_dir)
-    # a delta of 1/n or more is refused before anything is spent: checked here on the exact training stays (a
-    # refusal to start, seen by the operator who holds the data; nothing leaves the hospital), and again on the
-    # released counts the plans are built from (check_privacy_budget)
-    check_delta(privacy.delta, read_summary(run_dir, "split_summary").stays("train"))
-    # a resumed run reuses what its earlier attempt released (recorded then): the counts, and DP statistics
     counted = config.resume and run.record_counts.exists()
     described = config.resume and run.featurizer.exists() and json.loads(run.featurizer.read_text()).get("release")
     guarantee = "reproducible" if privacy.reproducible_noise else "dp"
@@ -58,39 +52,26 @@ def check_preprocessing_budget(run_dir: str, config: PipelineConfig) -> dict[str
     if release.featurizer == "dp" and not described:
         plan = GaussianPlan.for_epsilon(release.featurizer_epsilon, privacy.delta)
         planned[STATISTICS_KEY] = (plan.ledger_entry(guarantee, "featurizer statistics"), plan)
+    return planned
+
+
+@task(name="check-preprocessing-budget")
+def check_preprocessing_budget(run_dir: str, config: PipelineConfig) -> dict[str, Reserved]:
+    """Reserve the record counts (``release.record_count: dp``) and the featurizer's DP statistics
+    (``release.featurizer: dp``), citing the run's membership snapshot; raise if the budget would be exceeded (the
+    patient-budget task has already left out every patient the whole run would take past it, planned on the exact
+    counts, so a refusal here is rare and spends nothing). Returns what it reserved by key."""
+    # a delta of 1/n or more is refused before anything is spent: checked here on the exact training stays (a
+    # refusal to start, seen by the operator who holds the data; nothing leaves the hospital), and again on the
+    # released counts the plans are built from (check_privacy_budget)
+    check_delta(config.privacy.delta, read_summary(run_dir, "split_summary").stays("train"))
+    planned = preprocessing_plan(run_dir, config)
     if not planned:
         return {}
-    dataset = pipeline_dataset_id(config)  # read once: the default id hashes every subject id of the file
-    if privacy.budget_epsilon is not None:
-        _the_whole_run_fits(run_dir, config, dataset, {k: e for k, (e, _) in planned.items()})
-    reservations = reserve_planned(run_dir, dataset, config,
+    reservations = reserve_planned(run_dir, pipeline_dataset_id(config), config,
                                    {k: e for k, (e, _) in planned.items()}, "preprocessing release(s)",
-                                   out=RunLayout(run_dir).preprocessing_budget)
+                                   out=RunLayout(run_dir).preprocessing_budget, members=run_members(run_dir))
     return {k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}
-
-
-def _the_whole_run_fits(run_dir: str, config: PipelineConfig, dataset: str,
-                        preprocessing: dict[str, LedgerEntry]) -> None:
-    """Under a budget, the run's grid is planned now on the exact training counts and composed with the ledger and
-    the preprocessing releases: a run the budget cannot hold is refused here, before its counts are spent (a refusal
-    spends nothing). The decision reads the exact counts, like the delta check: a refusal to start, seen by the
-    operator who holds the data, and nothing is released; the grid's own check later plans on the released counts."""
-    from privehr.models.methods import grid
-    from privehr.models.privacy.ledger import check_budget
-
-    exact = RecordCounts(source="public", stays={s: read_summary(run_dir, "split_summary").stays(s) for s in SPLITS},
-                         epsilon=None, release=None)
-    planned = [e for e, _ in plan_grid(run_dir, grid(config.training, config.labels), config, exact).values()]
-    existing = [e for e in Ledger(config.privacy.ledger_path).read() if e.dataset == dataset]
-    template = {"dataset": dataset, "status": "reserved", "run_id": "pre-check"}
-    whole = [LedgerEntry(**{**e.as_dict(), **template, "release": f"pre-check/{k}"})
-             for k, e in [*preprocessing.items(), *((f"grid-{i}", e) for i, e in enumerate(planned))]]
-    verdict = check_budget(existing, whole, config.privacy.budget_epsilon, config.privacy.delta)
-    if verdict.refused:
-        raise BudgetExceeded(f"privacy budget exceeded for dataset {short_dataset(dataset)}: {verdict.reason}, for "
-                             f"this run's {len(whole)} release(s) (its record counts, statistics and grid together). "
-                             "Nothing was spent, reserved or trained. Fewer budgets, seeds or grid cells, or a budget "
-                             "decision by the data custodian are the ways on.", verdict)
 
 
 @task(name="record-counts")

@@ -14,12 +14,14 @@ trained. A refusal raises before anything is reserved or trained.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 from prefect import task
 
-from privehr.models.privacy.ledger import GUARANTEES, LedgerEntry, dataset_id_of
+from privehr.models.privacy.ledger import GUARANTEES, LedgerEntry
 from privehr.core.run_layout import RunLayout
 from privehr.core.config import Cell, PipelineConfig, SynthesisConfig
 from privehr.core.errors import InputError
@@ -28,7 +30,6 @@ from privehr.core.strict_json import strict_dumps
 from privehr.io.privacy_ledger import BudgetExceeded, Ledger, reserve
 from privehr.tasks.run_directory import ledger_run, read_summary
 from privehr.tasks.run_logging import run_logger
-from privehr.io.mimic_extract import read_patients
 from privehr.tasks.synthesis import check_imputed_targets, imputed_tables, planning_count, synthesizer_of
 from privehr.models.methods import FitSpec, create_method
 from privehr.models.privacy.release_plan import GaussianPlan, ReleasePlan, Reserved
@@ -36,7 +37,7 @@ from privehr.tasks.train import fit_key, saved_fit, saved_search, search_configu
 
 __all__ = ["check_privacy_budget", "check_synthesis_budget", "pipeline_dataset_id", "synthesis_dataset_id",
            "reserve_planned", "check_delta", "check_ceiling", "evaluation_key", "search_score_key", "planning_counts",
-           "plan_grid"]
+           "plan_grid", "source_id", "run_members", "synthesis_members"]
 
 
 def evaluation_key(cell: Cell) -> str:
@@ -59,20 +60,44 @@ def planning_counts(run_dir: str, config: PipelineConfig):
     return read_summary(run_dir, "record_counts")
 
 
+def source_id(dataset_id: str | None, path) -> str:
+    """Whose budget it is: the steward's ``privacy.dataset_id`` (the deployments set one), else the input's resolved
+    path. A source is a database that grows: each delivery's patients are accounted one by one (membership
+    snapshots), so a delivery with one patient more is the same source, and a patient admitted today starts from
+    zero.
+
+    >>> source_id("mimic-nightly", "x.h5"), source_id(None, "/data/x.h5")
+    ('mimic-nightly', 'path:/data/x.h5')
+    """
+    return dataset_id or f"path:{Path(path).resolve()}"
+
+
 def pipeline_dataset_id(config: PipelineConfig) -> str:
-    """The steward's ``privacy.dataset_id``, else the keyed hash of the file's subject ids."""
-    if config.privacy.dataset_id:
-        return config.privacy.dataset_id
-    subjects = read_patients(config.data.hdf5_path).index.get_level_values("subject_id")
-    return dataset_id_of(subjects, Ledger(config.privacy.ledger_path).key())
+    """The pipeline's source: ``privacy.dataset_id``, else the MIMIC-Extract file's resolved path."""
+    return source_id(config.privacy.dataset_id, config.data.hdf5_path)
 
 
 def synthesis_dataset_id(run_dir: str, config: SynthesisConfig) -> str:
-    """The steward's ``privacy.dataset_id``, else the keyed hash of the table's patient ids (its kept records)."""
-    if config.privacy.dataset_id:
-        return config.privacy.dataset_id
+    """The EHR table's source: ``privacy.dataset_id``, else the table's resolved path."""
+    return source_id(config.privacy.dataset_id, config.path)
+
+
+def run_members(run_dir: str) -> str | None:
+    """The run's membership snapshot (``tasks/patient_budget.py`` records it before any release is planned)."""
+    path = RunLayout(run_dir).members
+    return json.loads(path.read_text())["snapshot"] if path.exists() else None
+
+
+def synthesis_members(run_dir: str, config: SynthesisConfig) -> str:
+    """The EHR table's patients (its kept records, both parts) as a membership snapshot in the ledger; recorded in the
+    run directory, read back by the run's later checks."""
+    path = RunLayout(run_dir).members
+    if path.exists():
+        return json.loads(path.read_text())["snapshot"]
     train, test, _ = imputed_tables(run_dir, 0)
-    return dataset_id_of([*train.index, *test.index], Ledger(config.privacy.ledger_path).key())
+    snapshot = Ledger(config.privacy.ledger_path).write_members([*train.index, *test.index])
+    path.write_text(json.dumps({"snapshot": snapshot, "left_out": []}))
+    return snapshot
 
 
 def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry], voided: int, what: str,
@@ -97,13 +122,15 @@ def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry
 
 
 def reserve_planned(run_dir: str, dataset: str, config, planned: dict[str, LedgerEntry], what: str,
-                    out=None) -> dict[str, str]:
-    """Reserve ``planned``; write privacy_budget.json (or ``out``) whether or not the budget admits it."""
+                    out=None, members: str | None = None) -> dict[str, str]:
+    """Reserve ``planned`` (citing the run's membership snapshot ``members``: the budget binds per patient); write
+    privacy_budget.json (or ``out``) whether or not the budget admits it."""
     privacy = config.privacy
     check_ceiling(planned, privacy)
     try:
         reservations, verdict, voided = reserve(Ledger(privacy.ledger_path), dataset, ledger_run(run_dir), planned,
-                                                privacy.budget_epsilon, privacy.delta, config.resume, what)
+                                                privacy.budget_epsilon, privacy.delta, config.resume, what,
+                                                members=members)
     except BudgetExceeded as refused:
         _summary(run_dir, dataset, refused.verdict, planned, 0, what, refused=True, out=out)
         raise
@@ -154,7 +181,8 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
     planned = plan_grid(run_dir, cells, config, counts)
     try:
         reservations = reserve_planned(run_dir, pipeline_dataset_id(config), config,
-                                       {k: e for k, (e, _) in planned.items()}, "grid release(s)")
+                                       {k: e for k, (e, _) in planned.items()}, "grid release(s)",
+                                       members=run_members(run_dir))
     except BudgetExceeded as refused:
         spent = _spent_before_the_grid(run_dir, config)
         if not spent:
@@ -245,5 +273,6 @@ def check_synthesis_budget(run_dir: str, config: SynthesisConfig) -> dict[str, R
         plan = plans[key]
         planned[job["job_id"]] = (synthesizer.entry(job, plan, kind), plan)
     reservations = reserve_planned(run_dir, synthesis_dataset_id(run_dir, config), config,
-                                   {k: e for k, (e, _) in planned.items()}, "synthesis release(s)")
+                                   {k: e for k, (e, _) in planned.items()}, "synthesis release(s)",
+                                   members=synthesis_members(run_dir, config))
     return {k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}

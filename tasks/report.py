@@ -21,7 +21,7 @@ from privehr.tasks.evaluation import TestEvaluation, calibration_bins, cell_key,
 from privehr.io.figures import plot_auroc_vs_epsilon, plot_expm_boxplots, plot_reliability, plot_subgroup_cost
 from privehr.core.strict_json import strict_dumps, strict_json
 from privehr.io.pages import page_url
-from privehr.io.privacy_ledger import read_ledger, short_dataset
+from privehr.io.privacy_ledger import Ledger, short_dataset, source_patients
 from privehr.io.report_html import inline_figures, write_report_html
 from privehr.tasks.run_logging import in_prefect_run
 from privehr.tasks.stage_timing import timing_table
@@ -206,16 +206,28 @@ def ledger_lines(run_dir: Path, privacy: PrivacyConfig) -> tuple[str, dict | Non
     if not path.exists():
         return "", None
     b = json.loads(path.read_text())
-    entries = [e for e in read_ledger(privacy.ledger_path) if e.dataset == b["dataset"]]
+    ledger = Ledger(privacy.ledger_path)
+    entries = [e for e in ledger.read() if e.dataset == b["dataset"]]
     total = compose_entries(entries, privacy.delta)
+    total.patients = source_patients(ledger, entries, privacy.delta, privacy.budget_epsilon, accountants=False)
     status = (f"DP: epsilon {total.epsilon_dp:.4g} at delta {total.delta:.2g}" if total.dp else
               f"NOT DP ({total.why_not_dp})")
     text = (f"Privacy ledger: dataset {short_dataset(b['dataset'])}, {total.releases} release(s) recorded"
             + (f", {total.pending} reserved and not yet trained" if total.pending else "")
             + f" (this run reserved {b['planned']}). The dataset's guarantee: {status}. DP releases alone: epsilon "
             f"PRV {_eps(total.epsilon_dp_prv)}, RDP {_eps(total.epsilon_dp_rdp)}, PLD {_eps(total.epsilon_dp_pld)} at "
-            f"delta {total.delta:.2g} (budget {b['budget_epsilon']}). `privehr privacy ledger` shows every release.\n\n")
+            f"delta {total.delta:.2g} (budget {b['budget_epsilon']}), as if every release had used every patient."
+            + _per_patient(total.patients) + " `privehr privacy ledger` shows every release.\n\n")
     return text, strict_json(total.as_dict())
+
+
+def _per_patient(p: dict | None) -> str:
+    """The source's spend per patient (what a budget binds on), where its releases cite membership snapshots."""
+    if not p:
+        return ""
+    reached = "" if p["reached_budget"] is None else f"; {p['reached_budget']} reached the budget"
+    return (f" Per patient, by the Renyi filter (what a budget binds on): median {_eps(p['median'])}, maximum "
+            f"{_eps(p['max'])} over {p['patients']} patient(s){reached}.")
 
 
 def _synthesis_lines(run_dir: Path) -> str:

@@ -24,17 +24,22 @@ STRATA = ("mort_icu", "los_3")
 
 
 @task(name="split")
-def split_cohort(cohort_path: str, config: SplitConfig, run_dir: str) -> str:
+def split_cohort(cohort_path: str, config: SplitConfig, run_dir: str, exclude: list | None = None) -> str:
     """Write ``intermediate/split_manifest.json`` (subject and stay ids per split: patient-level, out of DVC) and
     ``split_summary.json`` (counts, label rates and the manifest's sha256, versioned); return the manifest's path.
 
     ``split.method: hash`` (the default) assigns each subject by its own hash; ``stratified``: the strata are the
     combinations of mort_icu and los_3, whatever labels the run trains: the test set of a cohort is the same for
     every label set (runs stay comparable), and all four labels would cut a small cohort into strata too small
-    to reach the dev split."""
+    to reach the dev split.
+
+    ``exclude``: subjects left out of the run (their privacy budget is spent: ``tasks/patient_budget.py``); with the
+    hash split, everyone else keeps their split."""
     data = load_cohort(cohort_path)
     stratify_on = list(STRATA) if config.method == "stratified" else []
     stays = pd.DataFrame({c: data[c] for c in ["subject_id", "icustay_id", *LABELS]})
+    if exclude:
+        stays = stays[~stays["subject_id"].isin(exclude)].reset_index(drop=True)
     if stays["subject_id"].nunique() < 3:
         raise InputError(f"the cohort has {stays['subject_id'].nunique()} subject(s); a train/dev/test split "
                          "needs at least 3. Use a larger input file.")

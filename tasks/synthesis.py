@@ -108,7 +108,8 @@ def release_patient_count(run_dir: str, config: SynthesisConfig) -> int | None:
     ``count_epsilon``; each patient is in one split, so the two together are ``count_epsilon``-DP by parallel
     composition) before any plan is built: the plans (and, unless the spec declares the count public or ``rows``
     is set, the tables' size) are built from them. Returns the noisy total (None where nothing needs it)."""
-    from privehr.tasks.release_budget import check_delta, reserve_planned, synthesis_dataset_id  # it imports this
+    from privehr.tasks.release_budget import (check_delta, reserve_planned, synthesis_dataset_id,  # it imports this
+                                              synthesis_members)
 
     spec = load_ehr_spec(config.spec)
     run = RunLayout(run_dir)
@@ -126,7 +127,8 @@ def release_patient_count(run_dir: str, config: SynthesisConfig) -> int | None:
     noise = NoiseSource.for_release(config.privacy.reproducible_noise, COUNT_KEY)
     entry = LedgerEntry("", "", "dp", config.count_epsilon, guarantee=noise.guarantee, what="patient count")
     reserved = reserve_planned(run_dir, synthesis_dataset_id(run_dir, config), config, {COUNT_KEY: entry},
-                               "patient count", out=run.preprocessing_budget)[COUNT_KEY]
+                               "patient count", out=run.preprocessing_budget,
+                               members=synthesis_members(run_dir, config))[COUNT_KEY]
     rng = noise.numpy_generator("count")
     train, test = (noisy_count(exact[part], config.count_epsilon, rng, minimum=1) for part in ("train", "test"))
     release = record_release(config.privacy.ledger_path, reserved, entry).release

@@ -111,6 +111,7 @@ class LedgerEntry:
     epsilon_prv: float | None = None
     epsilon_rdp: float | None = None
     epsilon_pld: float | None = None
+    members: str | None = None    # the membership snapshot of the patients it used (None: every patient of the source)
 
     def __post_init__(self):
         if self.mechanism not in MECHANISMS:
@@ -165,6 +166,7 @@ class LedgerTotal:
     counts: dict = field(default_factory=dict)     # counted entries by mechanism
     not_dp: dict = field(default_factory=dict)     # counted entries without a guarantee, by label
     unproven_epsilon_tilde: list = field(default_factory=list)
+    patients: dict | None = None  # per-patient spend where releases cite membership snapshots (the ledger view's)
 
     @property
     def guarantee(self) -> str:

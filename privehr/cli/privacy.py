@@ -20,6 +20,8 @@ def add_privacy_parser(sub, common: argparse.ArgumentParser) -> None:
     ledger.add_argument("--delta", type=float, help="delta at which DP-SGD releases are composed (default: "
                                                     "privacy.delta of the config)")
     ledger.add_argument("--config", type=Path)
+    ledger.add_argument("--budget", type=float, help="count the patients who have reached this epsilon (default: "
+                                                     "privacy.budget_epsilon of the config)")
     ledger.add_argument("--verify", action="store_true", help="check the ledger's hash chain and head alone: exit "
                                                               "status 0 if intact, 1 naming the first bad line")
     ledger.add_argument("--migrate", action="store_true", help="chain, once, a ledger no chain vouches for (an older "
@@ -50,8 +52,10 @@ def privacy_ledger(args) -> int:
     if args.migrate:
         return migrate_command(args, path)
     delta = args.delta if args.delta is not None else config.privacy.delta
-    totals = ledger_totals(path, delta)
-    payload = {"ledger": str(path), "delta": delta, "datasets": [t.as_dict() for t in totals]}
+    budget = args.budget if args.budget is not None else config.privacy.budget_epsilon
+    totals = ledger_totals(path, delta, budget_epsilon=budget)
+    payload = {"ledger": str(path), "delta": delta, "budget_epsilon": budget,
+               "datasets": [t.as_dict() for t in totals]}
     fmt = lambda v: "n/a" if v is None else f"{v:.4g}"  # noqa: E731
     lines = [f"privacy ledger {path}: {len(totals)} dataset(s)"]
     for t in totals:
@@ -67,6 +71,15 @@ def privacy_ledger(args) -> int:
                   f" (other DP by basic composition: {t.epsilon_other_basic:.4g})",
                   f"    a budget binds on the Renyi filter: epsilon {t.epsilon_dp_rdp:.4g} (releases chosen "
                   "adaptively night after night; PRV and PLD assume a sequence fixed in advance)"]
+        if t.patients:
+            p = t.patients
+            reached = "" if budget is None else f"; {p['reached_budget']} reached the budget {budget:g}"
+            worst = p.get("most_spent", {})
+            lines += [f"    per patient ({p['patients']} patient(s), {p['snapshots']} membership snapshot(s)), by the "
+                      f"Renyi filter: median {fmt(p['median'])}, 99th percentile {fmt(p['p99'])}, maximum "
+                      f"{fmt(p['max'])}{reached}" + (f"; {p['not_dp']} not DP" if p["not_dp"] else ""),
+                      f"    the most spent patient by PRV {fmt(worst.get('epsilon_prv'))}, PLD "
+                      f"{fmt(worst.get('epsilon_pld'))} (the totals above count every release for every patient)"]
         if t.unproven_epsilon_tilde:
             lines.append(f"    ExpM+NF releases (no proven guarantee; epsilon~ {t.unproven_epsilon_tilde})")
     emit(args, payload, "\n".join(lines))

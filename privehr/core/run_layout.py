@@ -69,6 +69,8 @@ class RunLayout:
     cohort_arrays = _At(INTERMEDIATE, "cohort.npz")
     split_summary = _At("split_summary.json", doc="counts, label rates and the manifest's hash (versioned)")
     split_manifest = _At(INTERMEDIATE, "split_manifest.json")
+    members = _At(INTERMEDIATE, "members.json", doc="the run's membership snapshot in the ledger and the subjects "
+                                                     "left out because their budget was spent")
     featurizer = _At("featurizer.json")
     record_counts = _At("record_counts.json", doc="the stays per split that every plan is built from: DP counts "
                                                   "(or the exact ones, where the run declared them public)")

@@ -31,7 +31,10 @@ import hmac
 import json
 import math
 import os
+
+import numpy as np
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +44,9 @@ from pathlib import Path
 from privehr.models.privacy.ledger import (CHAIN_FIELDS, GAUSSIAN_MECHANISMS, BudgetVerdict, LedgerEntry, LedgerTotal,
                                            chain_start, chain_tag, check_budget, compose_entries, effective_entries,
                                            head_tag)
+from privehr.models.privacy.patient_accounting import (PatientVerdict, check_patient_budget, entries_of,
+                                                       member_hashes, patient_spend, snapshot_bytes,
+                                                       snapshot_from_bytes, snapshot_id)
 from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps
 from privehr.io import accounting_cache
@@ -49,7 +55,7 @@ accounting_cache.install()  # calibrations and compositions outlive the process 
 
 __all__ = ["Ledger", "read_ledger", "ledger_totals", "dataset_delta", "reserve", "record_release", "release_id",
            "BudgetExceeded", "short_dataset", "LedgerTampered", "LedgerUnreadable", "ChainState", "verify_ledger",
-           "migrate_ledger"]
+           "migrate_ledger", "source_patients", "PatientVerdict"]
 
 
 class BudgetExceeded(InputError):
@@ -61,8 +67,14 @@ class BudgetExceeded(InputError):
 
 
 def short_dataset(dataset: str) -> str:
-    """A dataset id short enough for a message: "subjects-sha256:" ids keep 12 hex digits."""
+    """A dataset id short enough for a message: "subjects-hmac:" ids keep 12 hex digits, a source's path stays whole.
+
+    >>> short_dataset("subjects-hmac:" + "a" * 64), short_dataset("path:/data/x.h5")
+    ('subjects-hmac:aaaaaaaaaaaa', 'path:/data/x.h5')
+    """
     kind, _, digest = dataset.partition(":")
+    if kind == "path":
+        return dataset
     return f"{kind}:{digest[:12]}" if digest else dataset[:40]
 
 
@@ -73,6 +85,9 @@ def release_id(run_id: str, what: str) -> str:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+_SNAPSHOTS: dict[tuple, np.ndarray] = {}  # verified snapshots by (path, mtime, size): read once per process
 
 
 class LedgerTampered(InputError):
@@ -211,6 +226,48 @@ class Ledger:
         self.path = Path(path)
         self.key_path = self.path.with_name(self.path.name + ".key")
         self.head_path = self.path.with_name(self.path.name + ".head")
+        self.members_dir = self.path.with_name(self.path.name + ".members")
+
+    def write_members(self, subject_ids: Iterable) -> str:
+        """Record a membership snapshot of ``subject_ids`` (keyed hashes, owner-only, beside the ledger); return its id,
+        which the run's releases cite. Content-addressed: the same patients give the same snapshot, written once."""
+        key = self.key()
+        hashes = member_hashes(subject_ids, key)
+        sid = snapshot_id(hashes, key)
+        target = self.members_dir / f"{sid}.u64"
+        if not target.exists():
+            self.members_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp = target.with_name(f".{secrets.token_hex(4)}.tmp")
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+                out.write(snapshot_bytes(hashes))
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, target)
+        return sid
+
+    def members(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
+        """The snapshots ``ids``, each checked against its id under the ledger's key: a missing, edited or swapped
+        snapshot is tampering (:class:`LedgerTampered`), as a missing line would be."""
+        key, found = self._existing_key(), {}
+        for sid in ids:
+            path = self.members_dir / f"{sid}.u64"
+            try:
+                stat = path.stat()
+                cached = _SNAPSHOTS.get((str(path), stat.st_mtime_ns, stat.st_size))
+                if cached is None:
+                    if stat.st_mode & 0o077:
+                        raise InputError(f"the privacy ledger's {path} has mode {stat.st_mode & 0o777:04o}, not "
+                                         f"owner-only; nothing was read or trained. Run `chmod 600 {path}`.")
+                    hashes = snapshot_from_bytes(path.read_bytes())
+                    if key is None or not hmac.compare_digest(snapshot_id(hashes, key), sid):
+                        raise LedgerTampered(self.path, None, f"membership snapshot {sid[:12]} does not match its id "
+                                                              "(edited or swapped)")
+                    cached = _SNAPSHOTS[(str(path), stat.st_mtime_ns, stat.st_size)] = hashes
+            except FileNotFoundError:
+                raise LedgerTampered(self.path, None, f"membership snapshot {sid[:12]}, cited by its releases, is "
+                                                      f"missing from {self.members_dir.name}") from None
+            found[sid] = cached
+        return found
 
     def _existing_key(self) -> bytes | None:
         try:
@@ -247,10 +304,11 @@ class Ledger:
         return _check_chain(self.path, lines, self._existing_key(), self._head())
 
     def check_modes(self) -> None:
-        """The ledger, its head and its key are owner-only: a key others could read lets them re-sign an edited
-        ledger, and a ledger or head others could write is theirs to edit. Any other mode is refused, naming the
-        file (``chmod 600``; a key that was readable should be treated as leaked)."""
-        for path in (self.path, self.head_path, self.key_path):
+        """The ledger, its head, its key and its membership snapshots are owner-only: a key others could read lets them
+        re-sign an edited ledger, and a ledger or head others could write is theirs to edit. Any other mode is
+        refused, naming the file (``chmod 600``, a directory 700; a key that was readable should be treated as
+        leaked)."""
+        for path in (self.path, self.head_path, self.key_path, self.members_dir):
             try:
                 mode = path.stat().st_mode & 0o777
             except FileNotFoundError:
@@ -259,7 +317,7 @@ class Ledger:
                 leaked = (" and, as others could read it, treat the key as leaked: the chain is only as safe as the "
                           "key" if path == self.key_path and mode & 0o044 else "")
                 raise InputError(f"the privacy ledger's {path} has mode {mode:04o}, not owner-only; nothing was read "
-                                 f"or trained. Run `chmod 600 {path}`{leaked}.")
+                                 f"or trained. Run `chmod {700 if path.is_dir() else 600} {path}`{leaked}.")
 
     def key(self) -> bytes:
         """The ledger's secret (32 random bytes, created on first use, owner-only): it keys the default dataset
@@ -395,6 +453,20 @@ def verify_ledger(path: str | Path) -> dict:
                                                      f"{shown.epsilon_dp:.6g} differs from its recomposition "
                                                      f"{fresh.epsilon_dp:.6g}: the accounting cache is damaged; "
                                                      "delete it (privehr/io/accounting_cache.py says where)"}
+        cited = {e.members for e in effective_entries(mine) if e.members}
+        if cited:  # every patient's filter total, from the store's curves and recomputed
+            ledger = Ledger(path)
+            try:
+                snapshots = ledger.members(cited)
+            except LedgerTampered as err:
+                return report | {"ok": False, "line": err.line, "problem": err.why}
+            kept, again = patient_spend(mine, snapshots, at), patient_spend(mine, snapshots, at, fresh=True)
+            if not np.allclose(kept.epsilon, again.epsilon, rtol=1e-9, atol=1e-9):
+                return report | {"ok": False, "problem": f"dataset {short_dataset(dataset)}'s per-patient totals "
+                                                         "differ from their recomposition: the accounting cache is "
+                                                         "damaged; delete it (privehr/io/accounting_cache.py says "
+                                                         "where)"}
+            report["patients"] = report.get("patients", 0) + len(kept.hashes)
     return report
 
 
@@ -459,21 +531,51 @@ def dataset_delta(entries: list[LedgerEntry]) -> float | None:
     return min(deltas) if deltas else None
 
 
-def ledger_totals(path: str | Path, delta: float | None = None) -> list[LedgerTotal]:
-    """Every dataset's total, composed at ``delta`` or, by default, at the delta of its own releases."""
-    entries = read_ledger(path)
+def ledger_totals(path: str | Path, delta: float | None = None, budget_epsilon: float | None = None,
+                  fresh: bool = False) -> list[LedgerTotal]:
+    """Every dataset's total, composed at ``delta`` or, by default, at the delta of its own releases, as if every
+    release had used every patient; where releases cite membership snapshots, ``patients`` adds the spend per patient
+    (median, 99th percentile, maximum, how many reached ``budget_epsilon``; the most spent patient by PRV and PLD)."""
+    ledger = Ledger(path)
+    entries = ledger.read()
     totals = []
     for d in sorted({e.dataset for e in entries}):
         mine = [e for e in entries if e.dataset == d]
-        totals.append(compose_entries(mine, delta if delta is not None else dataset_delta(mine) or 1e-5))
+        at = delta if delta is not None else dataset_delta(mine) or 1e-5
+        total = compose_entries(mine, at, fresh=fresh)
+        total.patients = source_patients(ledger, mine, at, budget_epsilon, fresh=fresh)
+        totals.append(total)
     return totals
 
 
+def source_patients(ledger: Ledger, entries: list[LedgerEntry], delta: float, budget_epsilon: float | None = None,
+                    fresh: bool = False, accountants: bool = True) -> dict | None:
+    """One source's spend per patient (None where no release cites a snapshot); ``accountants``: the most spent
+    patient by PRV and PLD too."""
+    cited = {e.members for e in effective_entries(entries) if e.members}
+    if not cited:
+        return None
+    snapshots = ledger.members(cited)
+    spend = patient_spend(entries, snapshots, delta, fresh=fresh)
+    summary = spend.summary(budget_epsilon)
+    if accountants and len(spend.hashes):  # the most spent patient by every accountant (PRV and PLD beside the filter)
+        worst = compose_entries(entries_of(entries, snapshots, int(spend.hashes[int(np.argmax(spend.epsilon))])),
+                                delta, fresh=fresh)
+        summary |= {"most_spent": {"epsilon_rdp_filter": worst.epsilon_dp_rdp, "epsilon_prv": worst.epsilon_dp_prv,
+                                   "epsilon_pld": worst.epsilon_dp_pld, "dp": worst.dp}}
+    summary["snapshots"] = len(cited)
+    return summary
+
+
 def reserve(ledger: Ledger, dataset: str, run_id: str, planned: dict[str, LedgerEntry],
-            budget_epsilon: float | None, delta: float, resume: bool, what: str) -> tuple[dict[str, str], BudgetVerdict, int]:
+            budget_epsilon: float | None, delta: float, resume: bool, what: str,
+            members: str | None = None) -> tuple[dict[str, str], BudgetVerdict, int]:
     """Reserve ``planned`` (key -> entry template) under the lock; return (key -> reservation id, verdict, voided).
 
-    Raises :class:`BudgetExceeded` (and writes nothing) when the budget would be exceeded.
+    ``members``: the run's membership snapshot (:meth:`Ledger.write_members`), which every reservation cites; the
+    budget is then checked per patient of the snapshot (``models/privacy/patient_accounting.py``). Without it every
+    planned release is charged to every patient of the source. Raises :class:`BudgetExceeded` (and writes nothing)
+    when the budget would be exceeded.
     """
     with ledger.transaction() as tx:
         mine = [e for e in tx.entries if e.dataset == dataset]
@@ -491,9 +593,15 @@ def reserve(ledger: Ledger, dataset: str, run_id: str, planned: dict[str, Ledger
                                  **({"sample_rate": 1.0, "steps": 1} if e.mechanism == "gaussian" else {}))
                      for e in mine if e.release in pending]
         reservations = {key: LedgerEntry(**{**e.as_dict(), "dataset": dataset, "release": release_id(run_id, key),
-                                            "status": "reserved", "run_id": run_id, "created_utc": _now()})
+                                            "status": "reserved", "run_id": run_id, "created_utc": _now(),
+                                            "members": members})
                         for key, e in planned.items()}
-        verdict = check_budget(mine + voids, list(reservations.values()), budget_epsilon, delta)
+        if members is None:
+            verdict = check_budget(mine + voids, list(reservations.values()), budget_epsilon, delta)
+        else:
+            snapshots = ledger.members({e.members for e in mine if e.members} | {members})
+            verdict = check_patient_budget(mine + voids, list(reservations.values()), snapshots, snapshots[members],
+                                           budget_epsilon, delta)
         if verdict.refused:
             raise BudgetExceeded(
                 f"privacy budget exceeded for dataset {short_dataset(dataset)}: {verdict.reason}. This run planned "
@@ -518,6 +626,7 @@ def record_release(ledger_path: str | Path, reservation: str, entry: LedgerEntry
         released = LedgerEntry(**{**entry.as_dict(), "release": release_id(reserved.run_id,
                                                                           entry.what.replace(" ", "-")),
                                   "status": "released", "reservation": reservation, "run_id": reserved.run_id,
-                                  "dataset": reserved.dataset, "created_utc": _now()})
+                                  "dataset": reserved.dataset, "created_utc": _now(),
+                                  "members": reserved.members})  # the patients its reservation was checked for
         tx.append([released])
     return released

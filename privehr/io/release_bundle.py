@@ -2,10 +2,10 @@
 
 A bundle (``artifacts/<run-id>/release/``) is a directory that may leave the hospital alone. ``manifest.json``
 lists every other file with its sha256 and the ledger releases it is made from (none for a public file), holds a
-copy of those releases' ledger entries (without the dataset's id, a keyed hash of its subject ids) and their total
-(epsilon, delta) by PRV, RDP and PLD. :func:`verify_bundle` checks the hashes, that every file is listed and every
-cited release is in the manifest, and recomposes the total from the listed entries; with the hospital's ledger it
-also checks that each entry is the ledger's own.
+copy of those releases' ledger entries (without the source's id, their times and their membership snapshots) and
+their total (epsilon, delta) by PRV, RDP and PLD. :func:`verify_bundle` checks the hashes, that every file is listed
+and every cited release is in the manifest, and recomposes the total from the listed entries; with the hospital's
+ledger it also checks that each entry is the ledger's own.
 
 >>> sorted(BUNDLE_FILES)
 ['card.json', 'card.md', 'counts.json', 'evaluation.json', 'featurizer.json']
@@ -34,9 +34,10 @@ BUNDLE_FILES = {"card.json": "the model card (post-processing of the releases be
                 "featurizer.json": "the per-variable statistics and bounds that turn new stays into model inputs",
                 "evaluation.json": "each model's DP evaluation: noisy score histograms and the metrics computed "
                                    "from them"}
-# the dataset's id is a keyed hash of its subject ids, equal across runs on one dataset; the time of each release
-# would time the run, whose length follows the data's size: neither is shipped
-_PRIVATE_FIELDS = ("dataset", "created_utc")
+# the dataset's id names the hospital's source; a release's membership snapshot is a keyed hash of its patients'
+# ids, equal across runs on the same patients and different when one is removed; the time of each release would
+# time the run, whose length follows the data's size: none of them is shipped
+_PRIVATE_FIELDS = ("dataset", "created_utc", "members")
 # what each file of a DP bundle must come from: (mechanism, at least, at most) releases
 _SOURCES = {"featurizer.json": ("gaussian", 1, 1), "counts.json": ("dp", 1, 1), "evaluation.json": ("gaussian", 1, None)}
 
@@ -50,7 +51,7 @@ def _sha256(path: Path) -> str:
 
 
 def public_entry(entry: LedgerEntry) -> dict:
-    """A ledger entry as the bundle carries it: everything but the dataset's id."""
+    """A ledger entry as the bundle carries it: everything but the dataset's id, its time and its patients."""
     return {k: v for k, v in entry.as_dict().items() if k not in _PRIVATE_FIELDS}
 
 

@@ -83,7 +83,8 @@ def test_two_pipeline_runs_with_ehr_synthesis_record_into_one_project_ledger(tmp
     stray = [p for run in ("night-1", "night-2") for p in _ledger_like(artifacts / run)]
     assert not stray, stray
     assert sorted(p.name for p in _ledger_like(artifacts)) == ["privacy_ledger.jsonl", "privacy_ledger.jsonl.head",
-                                                               "privacy_ledger.jsonl.key"]
+                                                               "privacy_ledger.jsonl.key",
+                                                               "privacy_ledger.jsonl.members"]  # beside it, not in a run
 
 
 if __name__ == "__main__":

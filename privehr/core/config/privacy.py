@@ -37,8 +37,9 @@ class PrivacyConfig(_Strict):
                            "debugging). Every release made so is recorded as not DP; by default they come from "
                            "OS entropy and are never stored")
     dataset_id: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9._:-]+$", description="the dataset's identity in the ledger, assigned by the data "
-        "steward; default: sha256 of its sorted subject ids (a re-export of the same patients composes with it)")
+        None, pattern=r"^[A-Za-z0-9._:-]+$", description="the source's identity in the ledger, assigned by the data "
+        "steward; default: the input's resolved path. Budgets are per patient of the source (membership snapshots), "
+        "so a delivery with new admissions is the same source")
 
     epsilon_ceiling: PositiveFloat = Field(
         DEFAULT_EPSILON_CEILING, description="refuse any single release planned above this epsilon (a target of 1e9 "

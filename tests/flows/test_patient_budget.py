@@ -1,0 +1,106 @@
+"""The budget per patient across nightly deliveries of a growing database (issue 38's acceptance): a run on D, then on
+D plus new admissions at the same source; under a budget between one and two runs' spend, the second run trains on
+the new patients alone and says so; a third, with no one left, is refused with nothing spent."""
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from privehr.core.config import PipelineConfig
+from privehr.core.errors import InputError
+from privehr.flows.pipeline import pipeline
+from privehr.io.demo_data import write_extract
+from privehr.io.privacy_ledger import Ledger, ledger_totals, read_ledger, verify_ledger
+from privehr.models.privacy.patient_accounting import member_hashes, patient_spend
+from privehr.resources import mimic_extract_variables
+from privehr.simulate.severity_simulator import simulate_extract
+
+# los_3: both classes in every split of 150 new stays alone (mort_icu's few deaths would not be)
+GRID = {"validation": {"enabled": False}, "labels": ["los_3"],
+        "training": {"models": ["logistic_regression"], "methods": ["dp_sgd"], "seeds": 1,
+                     "dp_sgd": {"epochs": 1, "epsilons": [1.0]}}}
+
+
+def _deliveries(tmp_path: Path):
+    """The nightly file: night 1 holds the first 150 subjects, night 2 all 300 (150 admitted). Returns the path it
+    will hold, and the subjects of each night (night 1's written now)."""
+    sim = simulate_extract(mimic_extract_variables().iloc[:20], 300, seed=4)
+    subjects = sorted(set(sim.patients.index.get_level_values("subject_id")))
+    first = set(subjects[:150])
+    path = tmp_path / "data" / "all_hourly_data.h5"
+
+    def night(keep):
+        kept = {name: frame[frame.index.get_level_values("subject_id").isin(keep)]
+                for name in ("patients", "vitals_labs", "interventions") for frame in [getattr(sim, name)]}
+        write_extract(dataclasses.replace(sim, **kept), path)
+
+    night(first)
+    return path, first, set(subjects), night
+
+
+def _config(tmp_path, extract, run_id, **privacy) -> PipelineConfig:
+    return PipelineConfig.model_validate({
+        **GRID, "data": {"hdf5_path": str(extract)}, "artifacts_dir": str(tmp_path / "artifacts"), "run_id": run_id,
+        "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl"), **privacy},
+        "release": {"bundle": False, "record_count": "dp"}})
+
+
+def _spend(tmp_path, subjects) -> np.ndarray:
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    entries = ledger.read()
+    snapshots = ledger.members({e.members for e in entries if e.members})
+    hashes = np.array([member_hashes([s], ledger.key())[0] for s in sorted(subjects)], dtype=np.uint64)
+    order = np.argsort(hashes)
+    spend = patient_spend(entries, snapshots, 1e-5, patients=hashes[order])
+    out = np.empty(len(hashes))
+    out[order] = spend.epsilon
+    return out
+
+
+def _trained(run_dir: Path) -> set:
+    """The subjects a run's split kept (the cohort drops short stays)."""
+    manifest = json.loads((run_dir / "intermediate" / "split_manifest.json").read_text())
+    return {s for part in manifest["subjects"].values() for s in part}
+
+
+def test_a_growing_source_accounts_each_patient_and_leaves_out_those_whose_budget_is_spent(tmp_path, caplog):
+    path, night1, everyone, night = _deliveries(tmp_path)
+    pipeline(_config(tmp_path, path, "night-1"))
+    (total,) = ledger_totals(tmp_path / "ledger.jsonl")
+    assert total.dataset == f"path:{path.resolve()}"  # the source is the input's path: one budget, night after night
+    run1 = _trained(tmp_path / "artifacts" / "night-1")
+    assert run1 <= night1 and len(run1) > 100
+    one_run = _spend(tmp_path, run1)
+    assert np.allclose(one_run, one_run[0]) and one_run[0] > 0  # everyone in run 1 took part in every release
+    assert total.patients["patients"] == len(run1) and total.patients["max"] == pytest.approx(one_run[0])
+    assert np.all(_spend(tmp_path, everyone - run1) == 0)  # not admitted yet, or not in the cohort: nothing spent
+
+    night(everyone)  # night 2: the same file, 150 patients admitted
+    budget = 1.2 * one_run[0]  # between one and two runs' spend (RDP composes sublinearly: two runs ~1.5x one)
+    caplog.set_level(logging.INFO)
+    pipeline(_config(tmp_path, path, "night-2", budget_epsilon=budget))
+    run2 = _trained(tmp_path / "artifacts" / "night-2")
+    record = json.loads((tmp_path / "artifacts" / "night-2" / "intermediate" / "members.json").read_text())
+    assert set(record["left_out"]) == run1  # everyone who spent a run's worth
+    assert run2 and run2 <= everyone - night1  # trained on the new patients alone
+    said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(said) == 1 and f"{len(run1)} patient(s) left out" in said[0] and f"{len(run2)} go on" in said[0]
+    assert np.allclose(_spend(tmp_path, run1), one_run)  # left out: nothing more spent on them
+    admitted = _spend(tmp_path, run2)
+    assert np.all(admitted > 0) and np.all(admitted <= budget)  # started from zero, within the budget
+    (total,) = ledger_totals(tmp_path / "ledger.jsonl", budget_epsilon=budget)
+    assert total.patients["patients"] == len(run1 | run2) and total.patients["max"] <= budget
+    assert total.patients["reached_budget"] == 0
+    # the source as if every release had used every patient overstates: both runs' total, above the budget
+    assert total.epsilon_dp_rdp > budget
+    assert verify_ledger(tmp_path / "ledger.jsonl")["ok"]
+
+    before = read_ledger(tmp_path / "ledger.jsonl")
+    with pytest.raises(InputError, match="no one is left to train on.*Nothing was spent") as refused:
+        pipeline(_config(tmp_path, path, "night-3", budget_epsilon=budget))
+    assert "\n" not in str(refused.value)
+    assert read_ledger(tmp_path / "ledger.jsonl") == before  # a refusal spends nothing

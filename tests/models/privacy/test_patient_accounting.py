@@ -1,0 +1,145 @@
+"""Accounting per patient: each patient's filter total is the composition of exactly the releases that used them (to
+1e-9 against the ledger's own composition), a delivery with new patients composes for the others and starts the new
+ones from zero, and the membership snapshots are as tamper-evident as the ledger's lines."""
+
+import os
+
+import numpy as np
+import pytest
+
+from privehr.core.errors import InputError
+from privehr.io.privacy_ledger import Ledger, LedgerTampered, ledger_totals, reserve, verify_ledger
+from privehr.io.release_bundle import public_entry
+from privehr.models.privacy.ledger import LedgerEntry, compose_entries
+from privehr.models.privacy.patient_accounting import (check_patient_budget, entries_of, member_hashes, patient_spend,
+                                                       snapshot_id)
+from privehr.models.privacy.release_plan import ReleasePlan
+
+KEY = bytes(range(32))
+
+
+def _entries(rng) -> tuple[list[LedgerEntry], dict]:
+    """Five nights of a growing source (patients admitted and withdrawn), heterogeneous releases, one release citing
+    no snapshot, one reservation settled by a release, one non-private release on three patients."""
+    snapshots, entries = {}, []
+    for night in range(5):
+        hashes = member_hashes(range(night * 7, 40 + night * 9), KEY)
+        sid = snapshot_id(hashes, KEY)
+        snapshots[sid] = hashes
+        for k in range(2):
+            entries.append(LedgerEntry("s", f"n{night}-{k}", "dp_sgd", noise_multiplier=0.8 + 0.3 * k + 0.05 * night,
+                                       sample_rate=float(rng.choice([0.02, 0.1])), steps=int(rng.integers(50, 400)),
+                                       delta=1e-5, members=sid))
+        entries.append(LedgerEntry("s", f"n{night}-c", "dp", 0.1, members=sid))
+        if night == 3:  # a non-private release on three of its patients
+            few = member_hashes(range(21, 24), KEY)
+            snapshots[snapshot_id(few, KEY)] = few
+            entries.append(LedgerEntry("s", "n3-np", "non_private", members=snapshot_id(few, KEY)))
+    entries.append(LedgerEntry("s", "all", "gaussian", noise_multiplier=4.0, sample_rate=1.0, steps=1))
+    entries.append(LedgerEntry("s", "res", "dp_sgd", noise_multiplier=1.0, sample_rate=0.05, steps=100,
+                               status="reserved", members=next(iter(snapshots))))
+    entries.append(LedgerEntry("s", "rel", "dp_sgd", noise_multiplier=1.0, sample_rate=0.05, steps=100,
+                               reservation="res", members=next(iter(snapshots))))
+    return entries, snapshots
+
+
+def test_each_patients_total_is_the_filter_over_the_releases_that_used_them():
+    entries, snapshots = _entries(np.random.default_rng(0))
+    spend = patient_spend(entries, snapshots, 1e-5)
+    fresh = patient_spend(entries, snapshots, 1e-5, fresh=True)
+    assert len(spend.hashes) == len(np.unique(np.concatenate(list(snapshots.values()))))
+    assert np.allclose(spend.epsilon, fresh.epsilon, rtol=1e-12, atol=0)
+    for i, h in enumerate(spend.hashes.tolist()):
+        mine = entries_of(entries, snapshots, h)
+        total = compose_entries(mine, 1e-5, filter_only=True)
+        if total.dp:
+            assert spend.epsilon[i] == pytest.approx(total.epsilon_dp_rdp, rel=1e-9, abs=1e-9)
+        else:  # night 3's non-private release: its patients alone are not DP
+            assert np.isinf(spend.epsilon[i])
+    assert 0 < np.isinf(spend.epsilon).sum() < len(spend.hashes)
+    summary = spend.summary(budget_epsilon=float(np.median(spend.epsilon[np.isfinite(spend.epsilon)])))
+    assert summary["patients"] == len(spend.hashes) and summary["not_dp"] == np.isinf(spend.epsilon).sum()
+    assert summary["median"] > 0 and summary["max"] is None and summary["reached_budget"] > 0  # None: not DP
+
+
+def test_a_patient_in_every_release_has_the_sources_total_and_one_in_none_the_unsnapshotted_releases():
+    entries, snapshots = _entries(np.random.default_rng(1))
+    entries = [e for e in entries if e.mechanism != "non_private"]
+    everyone = next(iter(snapshots.values()))
+    full = [LedgerEntry(**{**e.as_dict(), "members": None}) for e in entries]
+    outsider = np.array([np.uint64(7)], dtype=np.uint64)  # a hash in no snapshot
+    spend = patient_spend(entries, snapshots, 1e-5, patients=np.sort(np.concatenate([everyone[:1], outsider])))
+    assert spend.epsilon.max() <= compose_entries(full, 1e-5, filter_only=True).epsilon_dp_rdp + 1e-9
+    alone = compose_entries([e for e in entries if not e.members], 1e-5, filter_only=True).epsilon_dp_rdp
+    assert spend.epsilon[spend.hashes.tolist().index(7)] == pytest.approx(alone, rel=1e-9)
+
+
+def _plan():
+    return ReleasePlan.for_epochs(1000, batch_size=100, epochs=1, target_epsilon=1.0, delta=1e-5).ledger_entry(
+        "dp", "final fit")
+
+
+def test_deliveries_compose_for_the_patients_in_both_and_new_patients_start_from_zero(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    night1, night2 = ledger.write_members(range(100)), ledger.write_members(range(50, 200))
+    reserve(ledger, "src", "night-1", {"fit": _plan()}, None, 1e-5, False, "grid release(s)", members=night1)
+    (one,) = ledger_totals(ledger.path)
+    reserve(ledger, "src", "night-2", {"fit": _plan()}, None, 1e-5, False, "grid release(s)", members=night2)
+    (two,) = ledger_totals(ledger.path, budget_epsilon=1.2 * one.epsilon_dp_rdp)
+    entries = ledger.read()
+    snapshots = ledger.members({night1, night2})
+    spend = patient_spend(entries, snapshots, 1e-5)
+    by = dict(zip(spend.hashes.tolist(), spend.epsilon))
+    key = ledger.key()
+    only1, both, only2 = (by[int(member_hashes([s], key)[0])] for s in (0, 70, 150))
+    assert only1 == pytest.approx(one.epsilon_dp_rdp, rel=1e-9) and only2 == pytest.approx(only1, rel=1e-9)
+    assert both == pytest.approx(two.epsilon_dp_rdp, rel=1e-9) and both > 1.2 * only1  # composed, not reset
+    assert two.patients == two.patients | {"patients": 200, "reached_budget": 50, "snapshots": 2}
+    assert two.patients["most_spent"]["epsilon_prv"] <= two.patients["most_spent"]["epsilon_rdp_filter"]
+    # a budget binds per patient: a third night over night 2's patients, with a budget above two nights' spend and
+    # below three, is refused for the 50 who took part in both (RDP composes sublinearly: 0.99, 1.29, 1.54)
+    with pytest.raises(InputError, match="50 of its 150 patient") as refused:
+        reserve(ledger, "src", "night-3", {"fit": _plan()}, 1.08 * two.epsilon_dp_rdp, 1e-5, False,
+                "grid release(s)", members=night2)
+    assert "nothing was reserved" in str(refused.value)
+    assert ledger.read() == entries
+    # the releases cite the snapshot of the patients they used; a bundle never carries it
+    assert {e.members for e in entries} == {night1, night2} and "members" not in public_entry(entries[0])
+    assert verify_ledger(ledger.path) | {"ok": True, "patients": 200} == verify_ledger(ledger.path)
+
+
+def test_check_patient_budget_names_the_most_spent_patient():
+    hashes = member_hashes(range(10), KEY)
+    sid = snapshot_id(hashes, KEY)
+    planned = [LedgerEntry(**{**_plan().as_dict(), "dataset": "s", "release": "p", "status": "reserved",
+                              "members": sid})]
+    verdict = check_patient_budget([], planned, {sid: hashes}, hashes, 0.5, 1e-5)
+    assert verdict.refused and verdict.over == 10 and verdict.patients == 10
+    assert verdict.after.epsilon_dp_rdp == pytest.approx(patient_spend(planned, {sid: hashes}, 1e-5).epsilon.max())
+
+
+def test_a_snapshot_edited_deleted_or_left_readable_is_refused(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    sid = ledger.write_members(range(30))
+    reserve(ledger, "src", "run", {"fit": _plan()}, None, 1e-5, False, "grid release(s)", members=sid)
+    path = ledger.members_dir / f"{sid}.u64"
+    assert (path.stat().st_mode & 0o777, ledger.members_dir.stat().st_mode & 0o777) == (0o600, 0o700)
+    original = path.read_bytes()
+    shrunk = original[8:]  # one patient removed from the snapshot: their spend would vanish
+    path.write_bytes(shrunk)
+    with pytest.raises(LedgerTampered, match="does not match its id"):
+        ledger_totals(ledger.path)
+    assert not verify_ledger(ledger.path)["ok"]
+    path.unlink()
+    with pytest.raises(LedgerTampered, match="is missing"):
+        ledger_totals(ledger.path)
+    path.write_bytes(original)
+    os.chmod(path, 0o644)
+    with pytest.raises(InputError, match="not owner-only"):
+        ledger_totals(ledger.path)
+    os.chmod(path, 0o600)
+    os.chmod(ledger.members_dir, 0o755)
+    with pytest.raises(InputError, match="chmod 700"):
+        ledger_totals(ledger.path)
+    os.chmod(ledger.members_dir, 0o700)
+    assert ledger_totals(ledger.path)[0].patients["patients"] == 30
