@@ -44,19 +44,41 @@ from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
-from opacus.accountants import PRVAccountant, RDPAccountant
-from opacus.accountants.analysis import rdp as rdp_analysis
-from opacus.accountants.utils import get_noise_multiplier
+
+# Opacus is imported where a value is computed, not here: importing it imports torch (seconds of CPU), and the
+# ledger's views and budget checks mostly read stored curves and compositions (privehr/io/accounting_cache.py)
 
 __all__ = ["PrivacySpend", "calibrate_noise_multiplier", "epsilon_spent", "prv_epsilon", "rdp_epsilon",
            "pld_epsilon", "compose_history", "check_target_epsilon", "RDP_ORDERS", "PLD_INTERVAL", "prv_error",
-           "AccountingStore", "use_store", "use_store_factory", "accounting_version", "recompose_history"]
+           "AccountingStore", "use_store", "use_store_factory", "accounting_version", "recompose_history",
+           "DEFAULT_ALPHAS", "privacy_spent"]
 
 PRV_MAX_POINTS = 2_000_000  # PRV's discretisation grid: 2 L / mesh points, several float64 arrays each
 PLD_INTERVAL = 1e-4         # PLD's discretisation of the privacy loss (dp-accounting's default)
 PLD_MAX_POINTS = 1_000_000  # PLD's grid over the composed loss: the interval widens beyond epsilon / this
 
-RDP_ORDERS = RDPAccountant.DEFAULT_ALPHAS + [2.0 ** k for k in range(7, 15)]
+# Opacus's RDPAccountant.DEFAULT_ALPHAS, spelled out (a test checks they agree), then the large orders
+DEFAULT_ALPHAS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
+RDP_ORDERS = DEFAULT_ALPHAS + [2.0 ** k for k in range(7, 15)]
+
+
+def _rdp_analysis():
+    from opacus.accountants.analysis import rdp
+
+    return rdp
+
+
+def privacy_spent(orders, rdp, delta: float) -> tuple[float, float]:
+    """(epsilon, best order) from RDP at ``orders``: Opacus's ``get_privacy_spent`` (Balle et al. 2020, Theorem 21),
+    the same arithmetic without importing Opacus (a test checks they agree), and without its "optimal order at the
+    edge" warning (still a valid bound)."""
+    orders_vec, rdp_vec = np.atleast_1d(np.asarray(orders, dtype=float)), np.atleast_1d(np.asarray(rdp, dtype=float))
+    with np.errstate(invalid="ignore"):
+        eps = rdp_vec - (np.log(delta) + np.log(orders_vec)) / (orders_vec - 1) + np.log((orders_vec - 1) / orders_vec)
+    if np.isnan(eps).all():
+        return np.inf, np.nan
+    best = int(np.nanargmin(eps))
+    return float(eps[best]), float(orders_vec[best])
 
 History = list[tuple[float, float, int]]
 
@@ -179,7 +201,7 @@ def prv_error(target: float) -> float:
 @lru_cache(maxsize=65536)  # a ledger repeats its (sigma, q): each is computed once per process
 def _rdp_step_computed(noise_multiplier: float, sample_rate: float, orders: tuple[float, ...]) -> np.ndarray:
     """RDP of one Poisson-subsampled Gaussian step at each order (Opacus's analysis; T steps compose to T times it)."""
-    rdp = rdp_analysis.compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders))
+    rdp = _rdp_analysis().compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders))
     rdp.setflags(write=False)
     return rdp
 
@@ -209,7 +231,7 @@ def _rdp_spent(history: History, delta: float, orders: tuple[float, ...],
     (``stored``: also kept in the store, for the ledger's compositions)."""
     per_step = _rdp_step_stored if stored else _rdp_step_computed
     rdp = sum([per_step(float(s), float(q), orders) * int(t) for s, q, t in history])
-    eps, order = rdp_analysis.get_privacy_spent(orders=list(orders), rdp=rdp, delta=delta)
+    eps, order = privacy_spent(orders, rdp, delta)
     return float(eps), float(order)
 
 
@@ -218,8 +240,8 @@ def rdp_epsilon(history: History, delta: float, stored: bool = False) -> float:
     per-step curves may come from the store, as the ledger's compositions take them)."""
     with warnings.catch_warnings():  # "optimal order is the largest alpha": still a valid upper bound
         warnings.simplefilter("ignore", UserWarning)
-        eps, order = _rdp_spent(history, delta, tuple(RDPAccountant.DEFAULT_ALPHAS), stored)
-        if order >= max(RDPAccountant.DEFAULT_ALPHAS):
+        eps, order = _rdp_spent(history, delta, tuple(DEFAULT_ALPHAS), stored)
+        if order >= max(DEFAULT_ALPHAS):
             eps = min(eps, _rdp_spent(history, delta, tuple(RDP_ORDERS), stored)[0])
     return float(eps)
 
@@ -234,6 +256,8 @@ def _prv(history: History, delta: float, eps_error: float, epsilon_rdp: float) -
             return None, eps_error
         eps_error = needed
     try:
+        from opacus.accountants import PRVAccountant
+
         prv = PRVAccountant()
         prv.history = list(history)
         with warnings.catch_warnings():  # log(0) at the edge of PRV's domain for large q; its RDP domain estimate's
@@ -307,9 +331,22 @@ class Composition:
         return self.prv if self.prv is not None else self.rdp
 
 
-def compose_history(history: History, delta: float, eps_error: float | None = None, bracket: bool = False) -> Composition:
-    """PRV (claim), RDP and PLD of ``history``; ``bracket`` also computes PLD's lower bound."""
-    return _compose(tuple((float(s), float(q), int(t)) for s, q, t in history if t > 0), delta, eps_error, bracket)
+def compose_history(history: History, delta: float, eps_error: float | None = None, bracket: bool = False,
+                    max_distinct: int | None = None) -> Composition:
+    """PRV (claim), RDP and PLD of ``history``; ``bracket`` also computes PLD's lower bound. With ``max_distinct``, a
+    history of more distinct mechanisms than that whose composition is not already stored gets RDP alone (PRV and PLD
+    None): their heterogeneous compositions take minutes once a growing database brings new (sigma, q) every night,
+    and a view must not wait for them (the filter, RDP, is what a budget binds on)."""
+    history = tuple((float(s), float(q), int(t)) for s, q, t in history if t > 0)
+    if max_distinct is not None and len(history) > max_distinct and not _stored(history, delta, eps_error, bracket):
+        return Composition(None, rdp_epsilon(list(history), delta, stored=True), None, None, 0.0)
+    return _compose(history, delta, eps_error, bracket)
+
+
+def _stored(history: tuple, delta: float, eps_error: float | None, bracket: bool) -> bool:
+    store = _store()
+    key = _stored_key([list(h) for h in sorted(history)], delta, eps_error, bracket)
+    return store is not None and store.get("composition", key) is not None
 
 
 @lru_cache(maxsize=256)  # the same ledger is composed again by the report, the summary and `privehr privacy ledger`
@@ -347,7 +384,7 @@ def recompose_history(history: History, delta: float, eps_error: float | None = 
 def _rdp_of_one(history: History, delta: float, target_epsilon: float | None) -> float:
     with warnings.catch_warnings():  # "optimal order is the largest alpha": still a valid upper bound
         warnings.simplefilter("ignore", UserWarning)
-        eps_rdp = _rdp_spent(history, delta, tuple(RDPAccountant.DEFAULT_ALPHAS))[0]
+        eps_rdp = _rdp_spent(history, delta, tuple(DEFAULT_ALPHAS))[0]
         if target_epsilon is None or eps_rdp > target_epsilon:  # the large orders are slower; use them if needed
             eps_rdp = min(eps_rdp, _rdp_spent(history, delta, tuple(RDP_ORDERS))[0])
     return eps_rdp
@@ -364,6 +401,8 @@ def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta
 
 
 def _sigma_for(accountant: str, target_epsilon: float, delta: float, sample_rate: float, steps: int):
+    from opacus.accountants.utils import get_noise_multiplier
+
     options = [{}, {"alphas": RDP_ORDERS}] if accountant == "rdp" else [{"eps_error": prv_error(target_epsilon)}]
     for extra in options:  # RDP: Opacus's orders first (fast), the large orders only where those cannot reach
         try:

@@ -167,6 +167,7 @@ class LedgerTotal:
     not_dp: dict = field(default_factory=dict)     # counted entries without a guarantee, by label
     unproven_epsilon_tilde: list = field(default_factory=list)
     patients: dict | None = None  # per-patient spend where releases cite membership snapshots (the ledger view's)
+    distinct_mechanisms: int = 0  # distinct (sigma, q) after k-fold composition (PRV and PLD cost grows with them)
 
     @property
     def guarantee(self) -> str:
@@ -182,11 +183,12 @@ class LedgerTotal:
 
 
 def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5, fresh: bool = False,
-                    filter_only: bool = False) -> LedgerTotal:
+                    filter_only: bool = False, max_distinct: int | None = None) -> LedgerTotal:
     """Compose what counts of one dataset; ``delta`` is what the DP-SGD part spends. Identical mechanisms compose as
     one k-fold composition (their steps add); ``fresh`` recomposes past every cache and store (``--verify``);
     ``filter_only`` computes the Renyi filter alone (what a budget binds on; PRV and PLD are then None and the
-    claimed total is the filter's)."""
+    claimed total is the filter's); ``max_distinct``: PRV and PLD only for at most that many distinct mechanisms, or
+    where their composition is stored (:func:`~privehr.models.privacy.accounting.compose_history`)."""
     datasets = {e.dataset for e in entries}
     if len(datasets) > 1:
         raise ValueError("compose one dataset at a time")
@@ -200,8 +202,10 @@ def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5, fresh: bool
     if filter_only:
         rdp = rdp_epsilon(history, delta, stored=not fresh) if history else 0.0
         c = Composition(None, rdp, None, None, 0.0)
+    elif fresh:
+        c = recompose_history(history, delta, eps_error=0.01)
     else:
-        c = (recompose_history if fresh else compose_history)(history, delta, eps_error=0.01)
+        c = compose_history(history, delta, eps_error=0.01, max_distinct=max_distinct)
     other = [e for e in dp if e.mechanism not in GAUSSIAN_MECHANISMS]
     eps_other, delta_other = sum(e.epsilon for e in other), sum(e.delta for e in other)
     not_dp = dict(Counter(GUARANTEES[e.guarantee] for e in counted if e.guarantee != "dp"))
@@ -215,7 +219,8 @@ def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5, fresh: bool
         epsilon_dp_prv=None if c.prv is None else c.prv + eps_other, epsilon_dp_rdp=c.rdp + eps_other,
         epsilon_dp_pld=None if c.pld is None else c.pld + eps_other,
         epsilon_other_basic=eps_other, delta_other=delta_other, counts=counts, not_dp=not_dp,
-        unproven_epsilon_tilde=[e.epsilon for e in counted if e.mechanism == "expm_nf"])
+        unproven_epsilon_tilde=[e.epsilon for e in counted if e.mechanism == "expm_nf"],
+        distinct_mechanisms=len(history))
 
 
 @dataclass(frozen=True)

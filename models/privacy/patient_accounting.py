@@ -34,10 +34,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from opacus.accountants import RDPAccountant
 from scipy import sparse
 
-from privehr.models.privacy.accounting import RDP_ORDERS, _rdp_step_computed, _rdp_step_stored
+from privehr.models.privacy.accounting import DEFAULT_ALPHAS, RDP_ORDERS, _rdp_step_computed, _rdp_step_stored
 from privehr.models.privacy.ledger import (GAUSSIAN_MECHANISMS, BudgetVerdict, LedgerEntry, _canonical, compose_entries,
                                            effective_entries)
 
@@ -46,7 +45,7 @@ __all__ = ["member_hashes", "snapshot_id", "PatientSpend", "patient_spend", "sna
 
 _MEMBER = b"privehr-member-v1\n"
 _SNAPSHOT = b"privehr-members-v1\n"
-_DEFAULT = len(RDPAccountant.DEFAULT_ALPHAS)  # RDP_ORDERS starts with Opacus's default orders
+_DEFAULT = len(DEFAULT_ALPHAS)  # RDP_ORDERS starts with Opacus's default orders
 
 
 def member_hashes(subject_ids: Iterable, key: bytes) -> np.ndarray:

@@ -22,6 +22,9 @@ def add_privacy_parser(sub, common: argparse.ArgumentParser) -> None:
     ledger.add_argument("--config", type=Path)
     ledger.add_argument("--budget", type=float, help="count the patients who have reached this epsilon (default: "
                                                      "privacy.budget_epsilon of the config)")
+    ledger.add_argument("--all-accountants", action="store_true", help="compose PRV and PLD however many distinct "
+                        "mechanisms a source holds (by default beyond 64 not yet composed they are skipped: minutes on "
+                        "a long nightly ledger; the Renyi filter, which budgets bind on, is always shown)")
     ledger.add_argument("--verify", action="store_true", help="check the ledger's hash chain and head alone: exit "
                                                               "status 0 if intact, 1 naming the first bad line")
     ledger.add_argument("--migrate", action="store_true", help="chain, once, a ledger no chain vouches for (an older "
@@ -43,7 +46,8 @@ def add_privacy_parser(sub, common: argparse.ArgumentParser) -> None:
 
 
 def privacy_ledger(args) -> int:
-    from privehr.io.privacy_ledger import ledger_totals, short_dataset  # deferred for start-up time (torch, opacus)
+    # deferred for start-up time (torch, opacus)
+    from privehr.io.privacy_ledger import VIEW_MAX_DISTINCT, ledger_totals, short_dataset
 
     config = config_from(args)
     path = args.ledger or config.privacy.ledger_path
@@ -53,7 +57,8 @@ def privacy_ledger(args) -> int:
         return migrate_command(args, path)
     delta = args.delta if args.delta is not None else config.privacy.delta
     budget = args.budget if args.budget is not None else config.privacy.budget_epsilon
-    totals = ledger_totals(path, delta, budget_epsilon=budget)
+    totals = ledger_totals(path, delta, budget_epsilon=budget,
+                           max_distinct=None if args.all_accountants else VIEW_MAX_DISTINCT)
     payload = {"ledger": str(path), "delta": delta, "budget_epsilon": budget,
                "datasets": [t.as_dict() for t in totals]}
     fmt = lambda v: "n/a" if v is None else f"{v:.4g}"  # noqa: E731
@@ -68,7 +73,10 @@ def privacy_ledger(args) -> int:
                   f"    total guarantee: {guarantee}",
                   f"    DP releases alone (DP-only total): epsilon {t.epsilon_dp:.4g} at delta {t.delta:.2g}; "
                   f"by accountant PRV {fmt(t.epsilon_dp_prv)}, RDP {fmt(t.epsilon_dp_rdp)}, PLD {fmt(t.epsilon_dp_pld)}"
-                  f" (other DP by basic composition: {t.epsilon_other_basic:.4g})",
+                  f" (other DP by basic composition: {t.epsilon_other_basic:.4g})"
+                  + (f"; PRV and PLD not composed: {t.distinct_mechanisms} distinct mechanisms, more than "
+                     f"{VIEW_MAX_DISTINCT} (--all-accountants composes them, in minutes)"
+                     if t.epsilon_dp_pld is None and t.distinct_mechanisms > VIEW_MAX_DISTINCT else ""),
                   f"    a budget binds on the Renyi filter: epsilon {t.epsilon_dp_rdp:.4g} (releases chosen "
                   "adaptively night after night; PRV and PLD assume a sequence fixed in advance)"]
         if t.patients:

@@ -31,6 +31,7 @@ import hmac
 import json
 import math
 import os
+import re
 
 import numpy as np
 import secrets
@@ -55,7 +56,7 @@ accounting_cache.install()  # calibrations and compositions outlive the process 
 
 __all__ = ["Ledger", "read_ledger", "ledger_totals", "dataset_delta", "reserve", "record_release", "release_id",
            "BudgetExceeded", "short_dataset", "LedgerTampered", "LedgerUnreadable", "ChainState", "verify_ledger",
-           "migrate_ledger", "source_patients", "PatientVerdict"]
+           "migrate_ledger", "source_patients", "PatientVerdict", "VIEW_MAX_DISTINCT"]
 
 
 class BudgetExceeded(InputError):
@@ -122,12 +123,21 @@ class LedgerUnreadable(InputError):
         self.line, self.why = line, f"the line is not a ledger entry ({type(err).__name__})"
 
 
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")  # bytes that are not UTF-8, as the ledger's files are read
+
+
+class NotUTF8Text(ValueError):
+    """A ledger line holding bytes that are not UTF-8 text."""
+
+
 def _check_chain(path: Path, lines: list[str], key: bytes | None, head: dict | None) -> ChainState:
     """Parse every line and verify the chain and the head; raise :class:`LedgerTampered` naming the first bad line."""
     entries, unchained, tags, previous = [], [], {}, None
     head_ok = head is None or key is None or hmac.compare_digest(
         str(head.get("mac", "")), head_tag(key, int(head.get("lines", -1)), str(head.get("tag", ""))))
     for number, line in enumerate(lines, 1):
+        if _NOT_UTF8.search(line):
+            raise LedgerUnreadable(path, number, NotUTF8Text())
         if not line.strip():
             if previous is None:
                 unchained.append(line)
@@ -274,6 +284,10 @@ class Ledger:
             key = self.key_path.read_bytes()
         except FileNotFoundError:
             return None
+        except OSError as err:  # a directory, unreadable
+            raise InputError(f"the privacy ledger's key {self.key_path} cannot be read ({err.strerror}); nothing was "
+                             "read or trained. Restore the 32-byte key file from a backup (the ledger's chain and "
+                             "membership snapshots depend on it).") from None
         if len(key) != 32:
             raise InputError(f"the privacy ledger's key {self.key_path} is damaged ({len(key)} bytes, not 32); "
                              "restore it from a backup: the ledger's chain and default dataset ids depend on it")
@@ -284,7 +298,7 @@ class Ledger:
             head = json.loads(self.head_path.read_text())
         except FileNotFoundError:
             return None
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, IsADirectoryError):
             raise LedgerTampered(self.path, None, f"{self.head_path.name} is not readable JSON") from None
         if not isinstance(head, dict) or not isinstance(head.get("lines"), int) or not isinstance(head.get("tag"), str):
             raise LedgerTampered(self.path, None, f"{self.head_path.name} lacks its lines and tag")
@@ -327,7 +341,8 @@ class Ledger:
         if existing is not None:
             return existing
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600), "a+") as fh:
+        with os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600), "a+",
+                           encoding="utf-8", errors="surrogateescape") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 return self._key_in_lock(fh)
@@ -385,7 +400,8 @@ class Ledger:
         """Read every entry and append, all under one exclusive lock."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            fh = os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600), "a+")
+            fh = os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600), "a+",
+                           encoding="utf-8", errors="surrogateescape")
         except OSError as err:
             raise InputError(f"the privacy ledger {self.path} cannot be opened for writing ({err.strerror}); "
                              "make it writable or point privacy.ledger_path elsewhere.") from None
@@ -400,7 +416,8 @@ class Ledger:
     def transaction_unverified(self):
         """The ledger's file under its exclusive lock, not read (for :func:`migrate_ledger` alone)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600), "a+") as fh:
+        with os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600), "a+",
+                           encoding="utf-8", errors="surrogateescape") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield fh
@@ -417,7 +434,7 @@ class Ledger:
                 raise LedgerTampered(self.path, None, "the ledger file and its head are gone but its key remains")
             return ChainState([], 0, 0, None)
         try:
-            fh = open(self.path)
+            fh = open(self.path, encoding="utf-8", errors="surrogateescape")
         except OSError as err:
             raise InputError(f"the privacy ledger {self.path} is not writable ({err.strerror}); nothing was read or "
                              "trained. Make it writable, or point privacy.ledger_path at a writable file.") from None
@@ -501,6 +518,8 @@ def migrate_ledger(path: str | Path) -> dict:
                                                     "from a backup")
         entries = []
         for number, line in enumerate(lines, 1):
+            if _NOT_UTF8.search(line):
+                raise LedgerUnreadable(ledger.path, number, NotUTF8Text())
             if line.strip():
                 try:
                     entries.append(LedgerEntry.from_dict(json.loads(line)))
@@ -531,25 +550,29 @@ def dataset_delta(entries: list[LedgerEntry]) -> float | None:
     return min(deltas) if deltas else None
 
 
+VIEW_MAX_DISTINCT = 64  # a view composes PRV and PLD over at most this many distinct mechanisms not yet stored
+
+
 def ledger_totals(path: str | Path, delta: float | None = None, budget_epsilon: float | None = None,
-                  fresh: bool = False) -> list[LedgerTotal]:
+                  fresh: bool = False, max_distinct: int | None = None) -> list[LedgerTotal]:
     """Every dataset's total, composed at ``delta`` or, by default, at the delta of its own releases, as if every
     release had used every patient; where releases cite membership snapshots, ``patients`` adds the spend per patient
-    (median, 99th percentile, maximum, how many reached ``budget_epsilon``; the most spent patient by PRV and PLD)."""
+    (median, 99th percentile, maximum, how many reached ``budget_epsilon``; the most spent patient by PRV and PLD).
+    ``max_distinct``: PRV and PLD only where at most that many distinct mechanisms (or already stored)."""
     ledger = Ledger(path)
     entries = ledger.read()
     totals = []
     for d in sorted({e.dataset for e in entries}):
         mine = [e for e in entries if e.dataset == d]
         at = delta if delta is not None else dataset_delta(mine) or 1e-5
-        total = compose_entries(mine, at, fresh=fresh)
-        total.patients = source_patients(ledger, mine, at, budget_epsilon, fresh=fresh)
+        total = compose_entries(mine, at, fresh=fresh, max_distinct=max_distinct)
+        total.patients = source_patients(ledger, mine, at, budget_epsilon, fresh=fresh, max_distinct=max_distinct)
         totals.append(total)
     return totals
 
 
 def source_patients(ledger: Ledger, entries: list[LedgerEntry], delta: float, budget_epsilon: float | None = None,
-                    fresh: bool = False, accountants: bool = True) -> dict | None:
+                    fresh: bool = False, accountants: bool = True, max_distinct: int | None = None) -> dict | None:
     """One source's spend per patient (None where no release cites a snapshot); ``accountants``: the most spent
     patient by PRV and PLD too."""
     cited = {e.members for e in effective_entries(entries) if e.members}
@@ -560,7 +583,7 @@ def source_patients(ledger: Ledger, entries: list[LedgerEntry], delta: float, bu
     summary = spend.summary(budget_epsilon)
     if accountants and len(spend.hashes):  # the most spent patient by every accountant (PRV and PLD beside the filter)
         worst = compose_entries(entries_of(entries, snapshots, int(spend.hashes[int(np.argmax(spend.epsilon))])),
-                                delta, fresh=fresh)
+                                delta, fresh=fresh, max_distinct=max_distinct)
         summary |= {"most_spent": {"epsilon_rdp_filter": worst.epsilon_dp_rdp, "epsilon_prv": worst.epsilon_dp_prv,
                                    "epsilon_pld": worst.epsilon_dp_pld, "dp": worst.dp}}
     summary["snapshots"] = len(cited)

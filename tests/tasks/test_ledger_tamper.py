@@ -267,3 +267,20 @@ def test_a_run_writes_owner_only_files_and_gives_the_umask_back():
         assert os.umask(0o022) == 0o022  # restored after the in-process run
     finally:
         os.umask(before)
+
+
+def test_a_ledger_with_bytes_that_are_not_utf8_or_a_key_that_is_a_directory_is_one_line(tmp_path, capsys):
+    ledger = _ledger(tmp_path / "ledger.jsonl")
+    raw = ledger.path.read_bytes()
+    ledger.path.write_bytes(raw.replace(b'"what": "b"', b'"what": "\xff\xfe"', 1))
+    assert main(["privacy", "ledger", "--ledger", str(ledger.path)]) == 2
+    err = capsys.readouterr().err
+    assert "unreadable line 2 (NotUTF8Text)" in err and len(err.strip().splitlines()) == 1
+    assert main(["privacy", "ledger", "--ledger", str(ledger.path), "--migrate"]) == 2
+    assert "NotUTF8Text" in capsys.readouterr().err
+    ledger.path.write_bytes(raw)
+    ledger.key_path.unlink()
+    ledger.key_path.mkdir(mode=0o700)
+    assert main(["privacy", "ledger", "--ledger", str(ledger.path)]) == 2
+    err = capsys.readouterr().err
+    assert "key" in err and "cannot be read" in err and len(err.strip().splitlines()) == 1

@@ -125,3 +125,30 @@ def test_an_infinite_prv_estimate_is_no_estimate_and_rdp_stands(monkeypatch):
     monkeypatch.setattr(accounting, "_STORE_FACTORY", None)
     composed = accounting.recompose_history([(1.1, 0.02, 777)], 1e-5, eps_error=0.01)
     assert composed.prv is None and composed.claimed == composed.rdp and composed.rdp < float("inf")
+
+
+def test_the_orders_and_the_conversion_are_opacus_own_without_importing_it_for_a_stored_view():
+    """The ledger's views read stored curves without importing Opacus (and torch, seconds of CPU); the orders and the
+    RDP-to-(epsilon, delta) conversion they use are Opacus's, value for value."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    from opacus.accountants import RDPAccountant
+    from opacus.accountants.analysis import rdp as opacus_rdp
+
+    from privehr.models.privacy.accounting import DEFAULT_ALPHAS, RDP_ORDERS, privacy_spent
+
+    assert DEFAULT_ALPHAS == RDPAccountant.DEFAULT_ALPHAS and RDP_ORDERS[:len(DEFAULT_ALPHAS)] == DEFAULT_ALPHAS
+    rng = np.random.default_rng(0)
+    for sigma, q, steps in [(0.8, 0.01, 1000), (2.5, 0.06, 85), (19.6, 0.5, 10), (0.3, 1.0, 1)]:
+        curve = opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=RDP_ORDERS)
+        for delta in (1e-5, 1e-8):
+            assert privacy_spent(RDP_ORDERS, curve, delta) == opacus_rdp.get_privacy_spent(
+                orders=RDP_ORDERS, rdp=curve, delta=delta)
+    noisy = rng.uniform(0, 5, len(RDP_ORDERS))
+    assert privacy_spent(RDP_ORDERS, noisy, 1e-5) == opacus_rdp.get_privacy_spent(orders=RDP_ORDERS, rdp=noisy,
+                                                                                  delta=1e-5)
+    loaded = subprocess.run([sys.executable, "-c", "import sys, privehr.cli.privacy, privehr.io.privacy_ledger; "
+                             "print('torch' in sys.modules)"], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "False"
