@@ -143,3 +143,26 @@ def test_a_snapshot_edited_deleted_or_left_readable_is_refused(tmp_path):
         ledger_totals(ledger.path)
     os.chmod(ledger.members_dir, 0o700)
     assert ledger_totals(ledger.path)[0].patients["patients"] == 30
+
+
+def test_the_view_skips_prv_and_pld_beyond_its_limit_of_distinct_mechanisms_and_says_so(tmp_path, monkeypatch, capsys):
+    import privehr.io.privacy_ledger as io_ledger
+    from privehr.cli import main
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    sid = ledger.write_members(range(20))
+    for n in (1000, 1100, 1200):  # a growing database: a new q, a new mechanism, each night
+        plan = ReleasePlan.for_epochs(n, batch_size=100, epochs=1, target_epsilon=1.0, delta=1e-5)
+        reserve(ledger, "src", f"night-{n}", {"fit": plan.ledger_entry("dp", "final fit")}, None, 1e-5, False,
+                "grid release(s)", members=sid)
+    entries = ledger.read()
+    capped, full = compose_entries(entries, 1e-5, max_distinct=2), compose_entries(entries, 1e-5)
+    assert capped.epsilon_dp_prv is None and capped.epsilon_dp_pld is None and capped.distinct_mechanisms == 3
+    assert capped.epsilon_dp_rdp == pytest.approx(full.epsilon_dp_rdp, rel=1e-12) and full.epsilon_dp_pld is not None
+    assert compose_entries(entries, 1e-5, max_distinct=2).epsilon_dp_pld is not None  # stored now: shown
+    monkeypatch.setattr(io_ledger, "VIEW_MAX_DISTINCT", 2)
+    view = ["privacy", "ledger", "--ledger", str(ledger.path), "--delta", "1e-6"]  # a delta not composed yet
+    assert main(view) == 0
+    assert "PRV and PLD not composed: 3 distinct mechanisms, more than 2 (--all-accountants" in capsys.readouterr().out
+    assert main(view + ["--all-accountants"]) == 0
+    assert "not composed" not in capsys.readouterr().out
