@@ -30,9 +30,11 @@ $(DATA): | $(VENV)/.installed
 $(EHR): | $(VENV)/.installed
 	$(BIN)/privehr demo-data ehr --out $(EHR) --seed 0
 
+# DVC stores files 0444 in folders made by the umask: the raw tables are patients' records, so the cache and the
+# local remote are kept owner-only (tasks/versioning.py does the same after each run).
 $(VENV)/.data-versioned: $(DATA) $(EHR)
-	$(BIN)/dvc add data --quiet
-	$(BIN)/dvc push --quiet
+	umask 077 && $(BIN)/dvc add data --quiet && $(BIN)/dvc push --quiet
+	chmod -R go-rwx .dvc/cache .dvcstore
 	touch $@
 
 demo: install $(VENV)/.data-versioned

@@ -29,7 +29,10 @@ __all__ = ["create_run_directory", "new_run_id", "run_lock", "ledger_run"]
 
 
 def new_run_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    """A fresh run id, ``run-`` and 12 random hex digits: no clock in it. Run and release ids are shipped in bundles,
+    and a start time would time the run (its length follows the data's size); when a run started is in its
+    ``provenance.json``, which stays home."""
+    return f"run-{secrets.token_hex(6)}"
 
 
 def _git_commit() -> str | None:

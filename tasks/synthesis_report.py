@@ -145,6 +145,56 @@ def _membership_section(results: pd.DataFrame, order: list[str]) -> list[str]:
             _markdown(table)]
 
 
+CHANCE_SDS = 2  # a TSTR AUROC must exceed the shuffled-label baseline's mean by this many of its SDs
+
+
+def chance_threshold(originals: pd.DataFrame) -> dict | None:
+    """The shuffled-label TSTR AUROCs of every imputation pooled: their mean, SD, count and the threshold a table's
+    TSTR AUROC must exceed (mean + CHANCE_SDS SD); None where no baseline was fitted."""
+    if "tstr_auroc_shuffled" not in originals:
+        return None
+    values = [v for vs in originals["tstr_auroc_shuffled"] if isinstance(vs, list) for v in vs]
+    if len(values) < 2:
+        return None
+    mean, sd = float(pd.Series(values).mean()), float(pd.Series(values).std(ddof=1))
+    return {"mean": mean, "sd": sd, "fits": len(values), "threshold": mean + CHANCE_SDS * sd}
+
+
+def flag_chance(results: pd.DataFrame, chance: dict | None) -> pd.DataFrame:
+    """``results`` with ``tstr_no_better_than_chance``: True where a table's TSTR AUROC is at or below the chance
+    threshold (an unscored table stays empty)."""
+    if chance is None or "tstr_auroc" not in results:
+        return results
+    auroc = results["tstr_auroc"].astype(float)
+    return results.assign(tstr_no_better_than_chance=(auroc <= chance["threshold"]).where(auroc.notna()))
+
+
+def _chance_lines(results: pd.DataFrame, originals: pd.DataFrame, chance: dict | None, label: str,
+                  order: list[str]) -> list[str]:
+    """The report's warnings on TSTR: tables no better than chance, per budget, and labels MICE imputed."""
+    lines = []
+    if chance is not None and "tstr_no_better_than_chance" in results:
+        flagged = results.dropna(subset=["tstr_no_better_than_chance"]).groupby("budget_label")[
+            "tstr_no_better_than_chance"].agg(["sum", "count"]).reindex(order).dropna()
+        named = [f"{b} {int(r['sum'])} of {int(r['count'])}" for b, r in flagged.iterrows() if r["sum"]]
+        baseline = (f"the same panel trained on the real training patients with {label} shuffled ({chance['fits']} "
+                    f"fits): AUROC {chance['mean']:.2f} (SD {chance['sd']:.2f}), so a table must exceed "
+                    f"{chance['threshold']:.2f} (mean + {CHANCE_SDS} SD)")
+        lines.append(f"**No better than chance**: tables whose TSTR AUROC does not beat {baseline}: "
+                     + ("; ".join(named) + " tables (`tstr_no_better_than_chance` in results.csv). Their "
+                        "AUROC above cannot be told from that of a label unrelated to the features (few test "
+                        "patients widen the baseline)" if named else "none") + ".")
+    imputed = [o for o in originals.get("test_labels_imputed", pd.Series(dtype=object)) if isinstance(o, dict)]
+    if imputed and imputed[0]["imputed"]:
+        count = imputed[0]
+        lines.append(f"**Warning: TSTR scored on imputed labels**: MICE imputed {label} for {count['imputed']} of "
+                     f"{count['of']} test patients; for them TSTR measures agreement with the imputation model's "
+                     "guess, not an observed outcome"
+                     + (" (so most of every TSTR number above)" if count["imputed"] * 2 > count["of"] else "")
+                     + ". Deliver the outcome for the held-out patients to score against it.")
+    return lines
+
+
 def _markdown(frame: pd.DataFrame) -> str:
     cells = lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else (  # noqa: E731
         f"{v:.4g}" if isinstance(v, float) else str(v))
@@ -159,6 +209,8 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
     run = RunLayout(run_dir)
     results, releases = synthesis_results(record_paths)
     originals = pd.DataFrame([json.loads(Path(p).read_text()) for p in original_paths])
+    chance = chance_threshold(originals)
+    results = flag_chance(results, chance)
     results.to_csv(run.results, index=False)
     spec = load_ehr_spec(config.spec)
     label, target, excluded = config.targets(spec)
@@ -173,6 +225,7 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
             f"## TSTR panel, {label}: AUROC (mean over the classifiers of the panel of Lee et al. 2022 "
             "fitted on each table, tested on real patients; mean (SD) over runs x releases)",
             _markdown(tables["tstr_auroc"]),
+            *_chance_lines(results, originals, chance, label, order),
             f"## TSTR panel, {label}: macro-F1", _markdown(tables["tstr_macro_f1"]),
             f"## TSTR panel, {label}: average precision", _markdown(tables["tstr_average_precision"]),
             f"## SVM accuracy, {label} (Su et al. 2023; train on synthetic, test on real)",
@@ -263,7 +316,10 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
             "releases": json.loads(costs.to_json(orient="records")), "guarantee": guarantee,
             "membership_inference": json.loads(membership_table(results, order).to_json(orient="records")),
             "mean_svm_accuracy_by_budget": {b: float(v) for b, v in raw_accuracy(results, "svm_accuracy").items()},
-            "mean_tstr_auroc_by_budget": {b: float(v) for b, v in raw_accuracy(results, "tstr_auroc").items()}}
+            "mean_tstr_auroc_by_budget": {b: float(v) for b, v in raw_accuracy(results, "tstr_auroc").items()},
+            "tstr_chance": chance,
+            "tstr_no_better_than_chance": int(results.get("tstr_no_better_than_chance",
+                                                          pd.Series(dtype=object)).fillna(False).astype(bool).sum())}
 
 
 SYNTHESIZER_NAMES = {"maf": "DP-NF (MAF)", "hflow": "DP-HFlow", "aim": "AIM", "aim_dyadic": "AIM + dyadic bins",

@@ -24,6 +24,11 @@ For the tables of imputation i, against imputation i's real patients (Only aggre
   FPR 10 %, 1 % and 0.1 % (``None`` where 1 / non-members exceeds the FPR), also for the p_syn-only baseline.
 
 A table decoded to the spec (``-truncated.csv``: categories as the spec names them) is read back into codes.
+
+Beside the train-on-real baseline, ``original_<i>.json`` holds what a TSTR AUROC must beat to say anything: the same
+panel trained on the real training patients with the label shuffled (:data:`PERMUTATIONS` public permutations),
+which breaks the label's relation to the features and keeps everything else, and how many test patients' labels
+MICE imputed (TSTR scores those against the imputation model's guess, not an observed outcome).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from privehr.core.specs import load_ehr_spec
 from privehr.tasks.compute import share_cores
 from privehr.tasks.synthesis import imputed_tables
 
-__all__ = ["evaluate_release", "evaluate_original"]
+__all__ = ["evaluate_release", "evaluate_original", "chance_baseline", "imputed_labels", "PERMUTATIONS"]
 
 
 def _kinds(spec, columns: list[str]) -> tuple[dict, dict]:
@@ -148,12 +153,52 @@ def _json_number(value):
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+PERMUTATIONS = 3  # shuffled-label fits per imputation: the chance baseline's mean and spread, a few seconds
+
+
+def chance_baseline(train: pd.DataFrame, test: pd.DataFrame, attributes: list[str], config: SynthesisConfig, spec,
+                    seed: int, permutations: int = PERMUTATIONS) -> list[float]:
+    """The TSTR AUROC of the panel trained on ``train`` with its label shuffled (a public seed per permutation): what
+    a table whose label says nothing about its features scores against ``test``. Empty without a label."""
+    label, target, excluded = config.targets(spec)
+    if label is None:
+        return []
+    columns = [a for a in attributes if a not in excluded and a not in (label, target)] + [label]
+    kinds, codes = _kinds(spec, columns)
+    out = []
+    for k in range(permutations):
+        rng = np.random.default_rng([seed, k])
+        shuffled = train[columns].assign(**{label: rng.permutation(train[label].astype(float).round().to_numpy())})
+        panel = tstr(shuffled, test[columns].assign(**{label: test[label].astype(float)}), label, kinds,
+                     categories=codes, seed=(seed * 101 + k) % (2 ** 31))
+        auroc = tstr_summary(panel)["auroc"]
+        if auroc is not None and np.isfinite(auroc):
+            out.append(float(auroc))
+    return out
+
+
+def imputed_labels(run_dir: str, label: str | None) -> dict | None:
+    """How many of the test patients' ``label`` MICE imputed: missing in the split as delivered (None where the label
+    is not a delivered attribute, e.g. a derived column)."""
+    path = RunLayout(run_dir).split_tables / "test.csv"
+    if label is None or not path.exists():
+        return None
+    delivered = pd.read_csv(path, index_col=0)
+    if label not in delivered:
+        return None
+    return {"imputed": int(delivered[label].isna().sum()), "of": int(len(delivered))}
+
+
 @task(name="evaluate-original")
 def evaluate_original(run_dir: str, imputation: int, config: SynthesisConfig) -> str:
-    """The train-on-real baseline of one imputation ("Original" in the tables of Su et al. 2023)."""
+    """The train-on-real baseline of one imputation ("Original" in the tables of Su et al. 2023), the shuffled-label
+    chance baseline of TSTR and the count of imputed test labels."""
     train, test, summary = imputed_tables(run_dir, imputation)
     spec = load_ehr_spec(config.spec)
-    result = {"imputation": imputation, **_utility(train, test, summary.attributes, config, spec, imputation)}
+    label = config.targets(spec)[0]
+    result = {"imputation": imputation, **_utility(train, test, summary.attributes, config, spec, imputation),
+              "tstr_auroc_shuffled": chance_baseline(train, test, summary.attributes, config, spec, imputation),
+              "test_labels_imputed": imputed_labels(run_dir, label)}
     out = RunLayout(run_dir).original(imputation)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=_json_number))

@@ -1,5 +1,12 @@
 """Versioning with DVC: pull missing raw inputs at the start of a run; at its end ``dvc add`` the run
-directory (without its patient-level intermediates) and push it."""
+directory (without its patient-level intermediates) and push it.
+
+DVC stores what it versions in its own modes: cache and local-remote files 0444, folders by the umask DVC was
+imported under (0755 where ``dvc add data`` ran from a shell). Its one sharing option, ``cache.shared: group``,
+only widens them. So after each add, push and pull the project's cache and a local remote are made owner-only
+(:func:`~privehr.io.permissions.make_private`): what a run versions is never group- or world-readable there. A
+remote elsewhere (S3, SSH) keeps its own access control.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ from pathlib import Path
 
 from prefect import task
 
+from privehr.io.permissions import make_private, private_umask
 from privehr.tasks.run_logging import run_logger
 
 __all__ = ["version_run", "pull_inputs"]
@@ -29,18 +37,35 @@ def version_run(run_dir: str, push: bool = True) -> dict:
     except NotDvcRepoError:
         log.warning("not versioned: %s is not inside a DVC project (run `dvc init`)", run_path)
         return {"versioned": False, "reason": "not inside a DVC project"}
-    with Repo(root) as repo:
-        repo.add([str(run_path)])
-        dvc_file = run_path.with_name(run_path.name + ".dvc")
+    with private_umask(), Repo(root) as repo:
         remote = repo.config["core"].get("remote")
-        pushed = 0
-        if push and remote:
-            pushed = repo.push(targets=[str(dvc_file)])
+        stores = _local_stores(repo, remote if push else None)
+        for store in stores:  # owner-only before DVC writes into them, and again after
+            store.mkdir(parents=True, exist_ok=True)
+            make_private(store)
+        dvc_file, pushed = run_path.with_name(run_path.name + ".dvc"), 0
+        try:
+            repo.add([str(run_path)])
+            if push and remote:
+                pushed = repo.push(targets=[str(dvc_file)])
+        finally:  # also what a failed push left
+            for store in stores:
+                make_private(store)
     result = {"versioned": True, "dvc_file": str(dvc_file), "remote": remote if push else None,
               "pushed_files": int(pushed or 0)}
     log.info("versioned %s with DVC (remote: %s, %d files pushed)", run_path.name, result["remote"],
              result["pushed_files"])
     return result
+
+
+def _local_stores(repo, remote: str | None) -> list[Path]:
+    """The project's local cache, and the remote ``remote`` where it is a local folder."""
+    stores = [Path(repo.cache.local_cache_dir)] if repo.cache.local_cache_dir else []
+    if remote:
+        store = repo.cloud.get_remote(remote)
+        if store.fs.protocol == "local":
+            stores.append(Path(store.path))
+    return stores
 
 
 @task(name="pull-inputs")
@@ -69,9 +94,12 @@ def pull_inputs(paths: list[str]) -> dict:
                 done[str(path)] = "missing; the DVC project has no default remote"
                 continue
             try:
-                repo.pull(targets=[str(path.resolve())])
+                with private_umask():
+                    repo.pull(targets=[str(path.resolve())])
                 done[str(path)] = "pulled" if path.exists() else "missing; not tracked by DVC"
             except DvcException as err:
                 done[str(path)] = f"missing; dvc pull failed: {type(err).__name__}"
+            for store in [*_local_stores(repo, None), path]:  # raw patient data: the owner's alone
+                make_private(store)
     log.info("pull-inputs: %s", done)
     return done

@@ -119,6 +119,22 @@ def _bounds_reversed(spec):
     return spec
 
 
+def _code_execution(spec):  # the issue's payload: it would write "pwned" in the command's (empty) working directory
+    spec["derived"] = [{"name": "x", "expression": 'age.__class__.__init__.__globals__["sys"].modules["os"]'
+                                                   '.system("id > pwned") + age'}]
+    return spec
+
+
+def _hr_low_nan(spec):
+    spec["attributes"][1]["valid_low"] = float("nan")  # YAML .nan
+    return spec
+
+
+def _hr_high_inf(spec):
+    spec["attributes"][1]["valid_high"] = float("inf")  # YAML .inf
+    return spec
+
+
 def _tampered_ledger(home: Path) -> None:
     """A ledger with two releases, the second's epsilon edited down by hand."""
     path = home / "artifacts" / "privacy_ledger.jsonl"
@@ -172,6 +188,12 @@ def _own_table_cases(tmp: Path, run: list[str]) -> dict:
                          for i, a in enumerate(synth)]
     bad_config = tmp / "bad-settings.yaml"
     bad_config.write_text("privacy: {delta: tiny, budget_epsilon: 3}\n")
+    settings = {name: _text_file(tmp / f"settings-{name}.yaml", text.encode()) for name, text in {
+        "twice": "privacy:\n  budget_epsilon: 1\n  budget_epsilon: 2\n", "privacy": "privacy: 5\n",
+        "mice": "mice: 3\n", "data": "data: 5\n"}.items()}
+    spec_twice = _text_file(tmp / "key-twice.yaml", (_spec(tmp / "key-twice.yaml").read_text()
+                                                     + "min_rows: 1\nmin_rows: 5\n").encode())
+    spec_lines = len(spec_twice.read_text().splitlines())
     h5 = _extract(tmp / "ok.h5")
     keyless = tmp / "keyless.h5"
     pd.DataFrame({"a": [1.0]}).to_hdf(keyless, key="other")
@@ -195,6 +217,25 @@ def _own_table_cases(tmp: Path, run: list[str]) -> dict:
         "spec_bounds_reversed": (synth[:4] + [str(_spec(tmp / "rev.yaml", d=_bounds_reversed))] + synth[5:],
                                  table, 2, "attribute 'hr': valid_low is above valid_high"),
         "settings_errors": (synth + ["--config", str(bad_config)], table, 2, "privacy.delta: not a number"),
+        # 5a. a spec that runs code, and bounds that are not numbers: refused at validation, nothing spent
+        "spec_code_execution": (synth[:4] + [str(_spec(tmp / "code.yaml", d=_code_execution))] + synth[5:], table, 2,
+                                "derived column 'x': not allowed: attribute access"),
+        "spec_bound_nan": (synth[:4] + [str(_spec(tmp / "nan.yaml", d=_hr_low_nan))] + synth[5:], table, 2,
+                           "attribute 'hr', valid_low: not a finite number"),
+        "spec_bound_inf": (synth[:4] + [str(_spec(tmp / "inf.yaml", d=_hr_high_inf))] + synth[5:], table, 2,
+                           "attribute 'hr', valid_high: not a finite number"),
+        # 5b. a key given twice (YAML keeps the last silently), a section given as a scalar with its option
+        "config_key_twice": (synth + ["--config", str(settings["twice"])], table, 2,
+                             "key 'budget_epsilon' given twice (lines 2 and 3); keep one"),
+        "spec_key_twice": (synth[:4] + [str(spec_twice)] + synth[5:], table, 2,
+                           f"key 'min_rows' given twice (lines {spec_lines - 1} and {spec_lines})"),
+        "privacy_scalar_and_delta": (synth + ["--config", str(settings["privacy"]), "--delta", "1e-6"], table, 2,
+                                     "privacy: not a mapping"),
+        "mice_scalar_and_m": (synth + ["--config", str(settings["mice"])], table, 2, "mice: not a mapping"),  # --m 1
+        "data_scalar_and_data": (run + ["--data", "{input}", "--config", str(settings["data"])], h5, 2,
+                                 "data: not a mapping"),
+        "serve_port_70000": (["serve", "--port", "70000"], None, 2, "--port 70000 is not a port"),
+        "serve_port_negative": (["serve", "--port", "-1"], None, 2, "--port -1 is not a port"),
         # 6. a ledger edited by hand: refused naming the line, before anything is read
         "ledger_tampered": (synth, table, 2, "tamper check at line 1"),
         # 8. an epsilon far above the ceiling
@@ -238,7 +279,9 @@ CASES = ["semicolon", "text_labels", "short_stays", "patient_twice", "derived_so
 # refused before Prefect starts (settings, spec, run id, ledger, the table's or extract's layout): through main() in
 # this process, one after another, a second each instead of a process and its imports each
 EARLY = ["invalid_yaml", "unwritable_artifacts", "unwritable_ledger", "missing_file", "run_id_dotdot_resume", "run_id_dot", "run_id_dots", "run_id_path", "quarantined_whole", "one_class_target",
-         "spec_attribute_twice", "spec_bounds_reversed", "settings_errors", "ledger_tampered", "epsilon_1e9",
+         "spec_attribute_twice", "spec_bounds_reversed", "spec_code_execution", "spec_bound_nan", "spec_bound_inf",
+         "settings_errors", "config_key_twice", "spec_key_twice", "privacy_scalar_and_delta", "mice_scalar_and_m",
+         "data_scalar_and_data", "serve_port_70000", "serve_port_negative", "ledger_tampered", "epsilon_1e9",
          "mu_above_ceiling",
          "epsilon_0", "epsilon_negative", "epsilon_nan", "epsilon_inf", "delta_0", "delta_1", "csv_empty",
          "csv_header_only", "csv_tab", "csv_utf16", "csv_ragged", "h5_empty", "h5_text", "h5_truncated",

@@ -176,6 +176,28 @@ def test_serve_names_a_missing_artifacts_directory_and_a_busy_port(tmp_path, cap
     assert "--port" in json.loads(capsys.readouterr().out)["error"]
 
 
+@pytest.mark.parametrize("host, warned", [("0.0.0.0", True), ("127.0.0.1", False), ("localhost", False),
+                                          ("127.0.0.2", False)])
+def test_serve_beyond_loopback_warns_in_one_line_how_to_keep_the_reports_local(host, warned, tmp_path, capsys,
+                                                                               monkeypatch):
+    from privehr.cli import serve
+    from privehr.io.pages import serve_artifacts
+
+    def bound_then_stopped(root, host, port):  # bind as the command would, then Ctrl-C at once
+        server = serve_artifacts(root, host, port)
+        server.serve_forever = lambda: (_ for _ in ()).throw(KeyboardInterrupt)
+        return server
+
+    monkeypatch.setattr(serve, "serve_artifacts", bound_then_stopped)
+    assert main(["serve", "--artifacts-dir", str(tmp_path), "--host", host, "--port", "0", "--json"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("privehr: warning:")]
+    if warned:
+        assert len(warnings) == 1 and "reachable from the network" in warnings[0]
+        assert "--host 127.0.0.1" in warnings[0]
+    else:
+        assert warnings == []
+
+
 def test_every_profile_survives_its_own_config_json():
     """A run's config.json is read back by --resume and by privehr audit: the demo profile (with its synthesis
     subflow) once could not be, because every field of synthesis.privacy is set in the saved JSON."""

@@ -13,6 +13,7 @@ import yaml
 from privehr.core.config import PipelineConfig, load_config
 from privehr.core.errors import InputError, where_in_text
 from privehr.core.strict_json import strict_dumps
+from privehr.core.yaml_files import DuplicateKeyError, load_yaml
 
 __all__ = ["add_config_options", "add_release_run_options", "common_options", "config_from", "emit",
            "no_prefect_analytics", "release_run_settings"]
@@ -79,7 +80,9 @@ def release_run_settings(args, flat: dict, nested: tuple = ()) -> dict:
         if not args.config.exists():
             raise InputError(f"config file not found: {args.config}")
         try:
-            raw = yaml.safe_load(args.config.read_text()) or {}
+            raw = load_yaml(args.config.read_text()) or {}
+        except DuplicateKeyError as err:
+            raise InputError(f"config file {args.config}: {err}") from None
         except yaml.YAMLError as err:
             raise InputError(f"config file {args.config} is not valid YAML{where_in_text(err)}; fix that line") from None
         except (UnicodeDecodeError, IsADirectoryError) as err:
@@ -92,9 +95,12 @@ def release_run_settings(args, flat: dict, nested: tuple = ()) -> dict:
     for section, key, value in (("privacy", "delta", args.delta), ("privacy", "budget_epsilon", args.budget_epsilon),
                                 *nested):
         if value is not None:
-            node = raw
+            node, path = raw, []
             for part in section.split("."):
-                node = node.setdefault(part, {})
+                node, path = node.setdefault(part, {}), [*path, part]
+                if not isinstance(node, dict):  # `privacy: 5` in the file, and --delta
+                    raise InputError(f"config file {args.config}: {'.'.join(path)}: not a mapping. Fix: give a "
+                                     f"mapping of settings (key: value), e.g. {'.'.join(path)}: {{{key}: ...}}")
             node[key] = value
     if args.no_non_private:
         raw["non_private"] = False

@@ -1,5 +1,5 @@
-"""``privehr expectations build`` (the Great Expectations suites, from the specs) and ``privehr spec draft`` (a
-table spec drafted from a CSV)."""
+"""``privehr expectations build`` (the Great Expectations suites, from the specs), ``privehr spec draft`` (a
+table spec drafted from a CSV) and ``privehr spec validate`` (a spec checked, nothing read or written)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,10 @@ def add_spec_parser(sub, common: argparse.ArgumentParser) -> None:
                        "distinct values are categorical (default 20)")
     draft.add_argument("--force", action="store_true", help="overwrite --out")
     draft.set_defaults(func=spec_draft)
+    check = spec_sub.add_parser("validate", parents=[common], help="check a spec before using it (a spec received "
+                                "from someone else): bounds, categories, derived expressions; reads no table")
+    check.add_argument("spec", help="spec name or YAML path")
+    check.set_defaults(func=spec_validate)
 
 
 def expectations_build(args) -> int:
@@ -67,6 +71,7 @@ def expectations_build(args) -> int:
 
 
 def spec_draft(args) -> int:
+    from privehr.io.permissions import private_file
     from privehr.io.spec_draft import DRAFT_WARNING, draft_spec, spec_yaml  # deferred for start-up time (pandas)
 
     spec, notes = draft_spec(args.table, args.name, args.max_categories)
@@ -80,8 +85,8 @@ def spec_draft(args) -> int:
     if args.out:
         if args.out.exists() and not args.force:
             raise InputError(f"{args.out} exists; pass --force to overwrite it")
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        with private_file(args.out) as tmp:  # 0600, also over an existing file: it holds patients' values
+            tmp.write_text(text)
     print(f"privehr: warning: {DRAFT_WARNING}", file=sys.stderr)
     if args.json:
         print(json.dumps({"spec": spec, "notes": notes, "warning": DRAFT_WARNING,
@@ -90,4 +95,15 @@ def spec_draft(args) -> int:
         print("\n".join([f"wrote {args.out}: {len(spec['attributes'])} attributes"] + [f"  - {n}" for n in notes]))
     else:
         print(text, end="")
+    return 0
+
+
+def spec_validate(args) -> int:
+    from privehr.core.specs import load_ehr_spec  # deferred for start-up time (pandas)
+
+    spec = load_ehr_spec(args.spec)
+    payload = {"spec": spec.name, "path": str(spec.source), "attributes": len(spec.attributes),
+               "derived": [d.name for d in spec.derived], "drafted_from_data": spec.drafted_from_data}
+    emit(args, payload, f"{spec.source}: a valid table spec ({spec.name}: {len(spec.attributes)} attributes, "
+                        f"{len(spec.derived)} derived columns)")
     return 0

@@ -4,6 +4,7 @@ artifacts link them (``pages.base_url``); never intermediate/ or quarantine/."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import sys
 import urllib.parse
 from pathlib import Path
@@ -26,12 +27,26 @@ def add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
     serve.set_defaults(func=serve_command)
 
 
+def _loopback(address: str) -> bool:
+    """Whether the address a server is bound to is this machine's own (127.0.0.0/8, ::1, or one mapped to them)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%")[0])
+    except ValueError:
+        return address.rstrip(".").lower() == "localhost"
+    return ip.is_loopback or bool(getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback)
+
+
 def serve_command(args) -> int:
+    if args.port is not None and not 0 <= args.port <= 65535:
+        raise InputError(f"--port {args.port} is not a port; give one from 1 to 65535 (0: any free port)")
     config = config_from(args)
     root = config.artifacts_dir
     if not Path(root).is_dir():
         raise InputError(f"{root} is not a directory; pass the artifacts directory (runs are artifacts/<run-id>/)")
-    default_port = urllib.parse.urlsplit(config.pages.base_url).port if config.pages.base_url else None
+    try:
+        default_port = urllib.parse.urlsplit(config.pages.base_url).port if config.pages.base_url else None
+    except ValueError:  # a port out of range
+        raise InputError("pages.base_url holds no valid port; give one from 1 to 65535, or pass --port") from None
     port = args.port if args.port is not None else (default_port or DEFAULT_PAGES_PORT)
     try:
         server = serve_artifacts(root, args.host, port)
@@ -40,6 +55,10 @@ def serve_command(args) -> int:
                          "pages.base_url to match") from None
     host, port = server.server_address[:2]
     url = f"http://{host}:{port}/"
+    if not _loopback(host):
+        print(f"privehr: warning: listening on {host}, beyond this machine's loopback: the reports and Data Docs "
+              "(exact statistics of real patients) are reachable from the network by anyone who can reach port "
+              f"{port}; pass --host 127.0.0.1 to keep them on this machine", file=sys.stderr)
     emit(args, {"serving": str(Path(root).resolve()), "url": url,
                 "not_served": sorted(PRIVATE_PARTS)},
          f"serving {Path(root).resolve()} at {url} (reports, Data Docs; never intermediate/ or quarantine/); "

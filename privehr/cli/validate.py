@@ -49,6 +49,9 @@ def validate_command(args) -> int:
     missing = [str(p) for p in config.paths if not Path(p).exists()]
     if missing:  # before any run directory or server: nothing to validate
         raise InputError(f"delivery not found: {', '.join(missing)}; pass the path of each file to validate")
+    from privehr.core.specs import load_ehr_spec  # deferred for start-up time (pandas)
+
+    load_ehr_spec(config.ehr_spec)  # a bad spec (bounds, derived expressions): one line, before a server starts
     no_prefect_analytics()
     # deferred for start-up time (prefect, great_expectations)
     from privehr.flows.steward import validate
@@ -71,6 +74,9 @@ def ehr_prepare_command(args) -> int:
             "mice": mice or None}.items() if v is not None})
     except ValueError as err:
         raise settings_error(err, "ehr-prepare options") from None
+    from privehr.core.specs import load_ehr_spec  # deferred for start-up time (pandas)
+
+    load_ehr_spec(config.spec)  # a bad spec (bounds, derived expressions): one line, before a run directory is made
     no_prefect_analytics()
     from privehr.flows.ehr_prepare import ehr_prepare  # deferred for start-up time (prefect)
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from importlib.resources import files
 from pathlib import Path
-from typing import Literal
+import math
+from typing import Annotated, Literal
 
 import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from privehr.core.errors import InputError, settings_error, where_in_text
+from privehr.core.expressions import ExpressionError, parse_expression
+from privehr.core.yaml_files import DuplicateKeyError, load_yaml
 
 __all__ = ["EXPECTATIONS_DIR", "SPEC_DIR", "VariableBounds", "ColumnKind", "DISCRETE_KINDS", "SynthesisTargets", "MimicExtractSpec", "EHRTableSpec", "DerivedColumn",
            "load_mimic_spec", "load_ehr_spec", "check_targets"]
@@ -28,6 +31,10 @@ SPEC_DIR = EXPECTATIONS_DIR / "specs"
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+
+# a bound, a step or a count of a spec: NaN passes every order check and an infinite bound keeps no value, so both are
+# refused by name at validation, before a record is read or a budget spent
+Finite = Annotated[float, Field(allow_inf_nan=False)]
 
 ColumnKind = Literal["numeric", "integer", "binary", "categorical", "ordinal"]
 DISCRETE_KINDS = ("binary", "categorical", "ordinal")
@@ -54,11 +61,11 @@ class VariableBounds(_Strict):
                           "ordinal: in order; binary: two, default [0, 1])")
     unit: str = ""
     description: str = ""
-    valid_low: float | None = None
-    valid_high: float | None = None
-    outlier_low: float | None = None
-    outlier_high: float | None = None
-    step: float | None = Field(
+    valid_low: Finite | None = None
+    valid_high: Finite | None = None
+    outlier_low: Finite | None = None
+    outlier_high: Finite | None = None
+    step: Finite | None = Field(
         None, description="integer and numeric columns recorded in steps (a score in tens): the values lie on "
                           "valid_low + k * step (k = 0, 1, ...); needs valid_low (integer: a whole step and "
                           "valid_low). Values off the step are quarantined; synthetic values are rounded onto it")
@@ -83,6 +90,12 @@ class VariableBounds(_Strict):
                              "columns (set kind)")
         if self.categories is not None and len({str(c) for c in self.categories}) != len(self.categories):
             raise ValueError(f"{self.name!r}: its categories repeat")
+        if any(isinstance(c, float) and not math.isfinite(c) for c in self.categories or []):
+            raise ValueError(f"{self.name!r}: a category is NaN or infinite; list the categories as they appear in "
+                             "the file (missing values are not a category)")
+        if any(isinstance(c, str) and not c.strip() for c in self.categories or []):
+            raise ValueError(f"{self.name!r}: a category is empty text; list the categories as they appear in the "
+                             "file (missing values are not a category)")
         if self.kind in DISCRETE_KINDS and any(b is not None for b in bounds):
             raise ValueError(f"{self.name!r} is {self.kind}: its categories are its domain; remove the bounds")
         if self.step is not None:
@@ -117,8 +130,8 @@ class VariableBounds(_Strict):
 
 
 class StayHours(_Strict):
-    min: float = 12
-    max: float = 240
+    min: Finite = 12
+    max: Finite = 240
 
 
 class PatientsSpec(_Strict):
@@ -126,7 +139,7 @@ class PatientsSpec(_Strict):
     columns: list[str]
     optional_columns: list[str] = []
     labels: list[str]
-    age_min: float = 15
+    age_min: Finite = 15
     stay_hours: StayHours = StayHours()
     min_rows: int = 1
     max_quarantined_share: float = Field(0.5, ge=0, le=1, description="a delivery with a larger share of its "
@@ -164,7 +177,8 @@ class FileLayout(_Strict):
 
 
 class DerivedColumn(_Strict):
-    """A column computed from others by a pandas expression, e.g. ``2 / 3 * a + 1 / 3 * b``."""
+    """A column computed from attributes and earlier derived columns, e.g. ``2 / 3 * a + 1 / 3 * b``: arithmetic,
+    comparisons, and/or/not and a few named functions (:mod:`privehr.core.expressions`), checked by the table spec."""
 
     name: str
     expression: str
@@ -217,6 +231,17 @@ class EHRTableSpec(_Strict):
                              "columns; keep one entry per column")
         if self.id_column is not None and self.id_column in names:
             raise ValueError(f"id_column {self.id_column!r} is also listed as an attribute; an id is not an attribute")
+        for a in self.attributes:  # the reader takes an NA token for a missing value, whatever the column
+            if any(str(c).strip() in self.file.na_tokens for c in a.categories or []):
+                raise ValueError(f"attribute {a.name!r}: a category is one of file.na_tokens, so it would be read as "
+                                 "missing; rename it in the file and the spec, or remove it from file.na_tokens")
+        known = [a.name for a in self.attributes]
+        for column in self.derived:  # what an expression computes is checked here, before anything reads a record
+            try:
+                parse_expression(column.expression, known)
+            except ExpressionError as err:
+                raise ValueError(f"derived column {column.name!r}: {err}") from None
+            known.append(column.name)
         return self
 
     @property
@@ -269,7 +294,9 @@ def _read_yaml(path: Path) -> dict:
                          f"{', '.join(sorted(p.stem for p in SPEC_DIR.glob('*.yaml')))}); "
                          "`privehr spec draft TABLE.csv` writes a starting one.")
     try:
-        return yaml.safe_load(path.read_text()) or {}
+        return load_yaml(path.read_text()) or {}
+    except DuplicateKeyError as err:
+        raise InputError(f"table spec {path}: {err}") from None
     except yaml.YAMLError as err:
         raise InputError(f"table spec {path} is not valid YAML{where_in_text(err)}; fix that line") from None
     except (UnicodeDecodeError, IsADirectoryError) as err:

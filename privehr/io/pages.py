@@ -17,10 +17,13 @@ import functools
 import html
 import http.server
 import io
+import json
 import os
 import threading
 import urllib.parse
 from pathlib import Path
+
+from privehr.core.run_layout import RunLayout
 
 __all__ = ["page_url", "serve_artifacts", "is_page", "PRIVATE_PARTS", "SHARED_ASSETS"]
 
@@ -41,6 +44,15 @@ def page_url(path: str | Path, artifacts_dir: str | Path, base_url: str | None) 
         else:
             return base_url.rstrip("/") + "/" + urllib.parse.quote(relative.as_posix())
     return path.as_uri()
+
+
+def _started(run: Path) -> tuple[str, str]:
+    """A run's sort key: when it started (its provenance.json; "" where unreadable), then its name."""
+    try:
+        started = str(json.loads(RunLayout(run).provenance.read_text()).get("created_utc", ""))
+    except (OSError, ValueError, AttributeError):
+        started = ""
+    return started, run.name
 
 
 def is_page(parts: tuple[str, ...]) -> bool:
@@ -86,7 +98,8 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     def list_directory(self, path):
         """The root's listing only: the runs that have a report."""
         root = Path(self.directory)
-        runs = sorted(p.name for p in root.iterdir() if (p / "report.html").is_file() and not p.name.startswith("."))
+        runs = [p.name for p in sorted(root.iterdir(), key=_started) if (p / "report.html").is_file()
+                and not p.name.startswith(".")]  # oldest first: run ids carry no time
         items = "".join(f'<li><a href="{urllib.parse.quote(n)}/report.html">{html.escape(n)}</a></li>' for n in runs)
         body = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>privehr runs</title></head>"
                 f"<body><h1>privehr runs</h1><ul>{items}</ul></body></html>").encode()

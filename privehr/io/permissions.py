@@ -4,7 +4,10 @@ A run directory holds patient-level files (imputed patients, quarantined rows, c
 aggregates, and its ledger and key decide every dataset's budget. Each flow runs under :func:`private_umask`
 (umask 077: whatever a task, Great Expectations, pandas or torch creates is born owner-only), restored when the
 flow returns, so an in-process caller keeps its own. Nothing a run writes is group- or world-readable; what a
-steward publishes beyond the hospital is copied out of the run on purpose, not served from it.
+steward publishes beyond the hospital is copied out of the run on purpose, not served from it. A private file a
+command writes where the user points it (``spec draft --out``, ``predict --out``) goes through :func:`private_file`
+(0600 also over an existing file); trees another tool writes in its own modes (DVC's cache and local remote) are
+made owner-only afterwards by :func:`make_private`.
 
 >>> import os, tempfile
 >>> with private_umask(), tempfile.TemporaryDirectory() as d:
@@ -18,10 +21,13 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import stat
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
-__all__ = ["PRIVATE_UMASK", "private_umask", "private_run"]
+__all__ = ["PRIVATE_UMASK", "private_umask", "private_run", "private_file", "make_private"]
 
 PRIVATE_UMASK = 0o077  # files 0600, directories 0700
 
@@ -34,6 +40,47 @@ def private_umask() -> Iterator[None]:
         yield
     finally:
         os.umask(previous)
+
+
+@contextmanager
+def private_file(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a fresh 0600 file beside ``path`` to write; when the block ends without error it replaces ``path``.
+
+    Writing over an existing file in place keeps that file's mode (a 0644 file opened for writing stays 0644), so a
+    private file is never written in place: it is born owner-only and renamed over the old one. Missing parent
+    directories are made owner-only (0700). On error the temporary file is removed and ``path`` is left as it was.
+    """
+    target = Path(path)
+    with private_umask():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)  # 0600
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o600)  # whatever the writer did to it
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def make_private(root: str | os.PathLike) -> int:
+    """Take group and other permissions off ``root`` and everything under it (links are not followed); returns
+    how many entries were changed. For trees a third-party tool writes with its own modes (DVC's cache and remote
+    store files 0444 and make directories 0755)."""
+    changed = 0
+    if not os.path.lexists(root):
+        return 0
+    paths = [root]
+    for folder, dirs, files in os.walk(root):  # links to directories are listed, not entered
+        paths += [os.path.join(folder, name) for name in dirs + files]
+    for path in paths:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode) or not stat.S_IMODE(mode) & 0o077:
+            continue
+        os.chmod(path, stat.S_IMODE(mode) & ~0o077)
+        changed += 1
+    return changed
 
 
 def private_run(fn):

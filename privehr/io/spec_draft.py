@@ -103,13 +103,19 @@ def _column(name: str, tokens: pd.Series, max_categories: int) -> tuple[dict | N
     numbers = pd.to_numeric(present, errors="coerce")
     if numbers.notna().all():
         values = numbers.to_numpy(float)
-        if set(np.unique(values)) <= {0.0, 1.0}:
+        infinite = int((~np.isfinite(values)).sum())  # bounds are finite: "inf" is beyond them, quarantined
+        values = values[np.isfinite(values)]
+        if not values.size:
+            return {"name": name, "kind": "numeric"}, f"{name}: no finite value; kind and bounds unknown (set them)"
+        if set(np.unique(values)) <= {0.0, 1.0} and not infinite:
             return {"name": name, "kind": "binary"}, None
         kind = "integer" if np.all(values == np.round(values)) else "numeric"
         low, high = _outward(values.min(), up=False), _outward(values.max(), up=True)
         step = _common_step(values) if kind == "integer" else None
-        if step is None:
-            return {"name": name, "kind": kind, "valid_low": low, "valid_high": high}, None
+        if step is None or infinite:
+            return {"name": name, "kind": kind, "valid_low": low, "valid_high": high}, (
+                f"{name}: {infinite} infinite value(s), beyond any bounds (quarantined); bounds drafted from the "
+                "finite values" if infinite else None)
         first = float(values.min())  # the steps start on the data's grid: the lowest grid point >= low
         low = first - math.floor((first - low) / step) * step
         high = low + math.floor((high - low) / step) * step

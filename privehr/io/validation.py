@@ -39,6 +39,7 @@ from privehr.io.ehr_table import EHRTable, read_ehr_table
 from privehr.io.expectation_suites import ehr_suite_for, read_suite, suite_names
 from privehr.io.hdf5_fixed import FixedFrame
 from privehr.io.mimic_extract import _vitals_columns, check_extract, read_patients
+from privehr.io.spreadsheet import spreadsheet_safe
 from privehr.io.pages import SHARED_ASSETS
 from privehr.core.run_layout import RunLayout
 
@@ -228,7 +229,7 @@ def _write_outputs(dirs: tuple[Path, Path], rows: list[dict], docs: str, quarant
     counts = {}
     for table, frame in quarantine.items():
         frame = q.tidy(frame)
-        frame.to_csv(q_dir / f"{table}.csv", index=False)
+        spreadsheet_safe(frame).to_csv(q_dir / f"{table}.csv", index=False)  # a steward opens it in a spreadsheet
         counts[table] = {"rows": int(len(frame)),
                          "by_reason": {str(k): int(v) for k, v in frame["reason"].value_counts().items()}}
     failed = [r for r in rows if not r["success"]]

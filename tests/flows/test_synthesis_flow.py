@@ -83,6 +83,9 @@ def test_report_ledger_artifacts_and_untouched_input(synthesis_run):
     report = (run_dir / "report.md").read_text()
     for heading in ("SVM accuracy", "Random forest MSE", "Fidelity", "Releases and their cost", "guarantee covers"):
         assert heading in report
+    # TSTR is judged against the panel trained on shuffled labels (3 fits per imputation), not a fixed AUROC
+    assert "**No better than chance**" in report and "hypertensive shuffled (6 fits)" in report
+    assert summary["tstr_chance"]["fits"] == 6 and "tstr_no_better_than_chance" in results
     assert (run_dir / "utility_vs_budget.png").stat().st_size > 0
     assert (run_dir / "intermediate" / "marginals.png").exists() and not (run_dir / "marginals.png").exists()
     entries = [e for e in read_ledger(config.privacy.ledger_path) if e.status == "released"]

@@ -49,7 +49,7 @@ def test_an_edited_calibration_is_not_used(store):
     (key, kept), = _rows(store, "calibration")
     forged = kept | {"noise_multiplier": kept["noise_multiplier"] / 2}  # half the noise, the same claims
     store.put("calibration", key, forged)
-    for orders in (tuple(accounting.RDPAccountant.DEFAULT_ALPHAS), tuple(accounting.RDP_ORDERS)):  # and its RDP curve
+    for orders in (tuple(accounting.DEFAULT_ALPHAS), tuple(accounting.RDP_ORDERS)):  # and its RDP curve
         store.put("rdp_step", accounting._stored_key(forged["noise_multiplier"], CASE[2], list(orders)),
                   {"rdp": [1e-9] * len(orders)})  # forged too: the check computes RDP itself
     calibrate_noise_multiplier.cache_clear()

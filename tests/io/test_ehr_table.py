@@ -97,6 +97,22 @@ def test_non_numeric_tokens_and_out_of_bounds_values_are_quarantined(demo, tmp_p
     assert any(r["column"] == "heart_rate2" for r in summary["failed_warning"])
 
 
+def test_formula_looking_cells_are_written_as_text_in_the_quarantine_a_steward_opens(demo, tmp_path):
+    """A spreadsheet runs a cell starting with = + - @ as a formula: such text gets a leading ', numbers stay."""
+    rows = [l.split(",") for l in demo.read_text().splitlines()]
+    hr = next(r for r in rows if r[0] == "heart_rate2")
+    observed = [i for i, v in enumerate(hr) if i and v != "none"]
+    payloads = ["=cmd|' /C calc'!A0", "@SUM(A1)", "+1+1", "-3.5"]
+    for i, value in zip(observed, payloads):
+        hr[i] = f'"{value}"' if "," in value else value
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    summary, _ = validate_ehr(bad, tmp_path / "run", SPEC)
+    q = pd.read_csv(Path(summary["quarantine_dir"]) / "harrod_ehr.csv", keep_default_na=False, dtype=str)
+    values = sorted(q.loc[q["column"] == "heart_rate2", "value"])
+    assert values == sorted(["'=cmd|' /C calc'!A0", "'@SUM(A1)", "'+1+1", "-3.5"])
+
+
 def test_empty_table_and_empty_file(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("")

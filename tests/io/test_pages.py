@@ -80,3 +80,21 @@ def test_subgroups_too_small_or_one_sided_get_no_number():
     assert not large_enough(y, groups[("sex", "male")], 50, 10)  # 60 stays but 2 positives
     assert not large_enough(y, groups[("sex", "female")], 61, 10)
     assert not groups[("sex", "unknown")].any()
+
+
+def test_the_index_lists_runs_by_their_start_time_not_their_random_ids(tmp_path):
+    import json
+
+    for name, started in (("run-ffff", "2026-01-01T00:00:00+00:00"), ("run-0000", "2026-03-01T00:00:00+00:00"),
+                          ("run-8888", "2026-02-01T00:00:00+00:00")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.html").write_text("<html></html>")
+        (tmp_path / name / "provenance.json").write_text(json.dumps({"created_utc": started}))
+    server = serve_artifacts(tmp_path, port=0, background=True)
+    try:
+        listing = urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/", timeout=10).read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [listing.index(n) for n in ("run-ffff", "run-8888", "run-0000")] == sorted(
+        listing.index(n) for n in ("run-ffff", "run-8888", "run-0000"))

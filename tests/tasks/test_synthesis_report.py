@@ -20,3 +20,71 @@ def test_a_release_whose_every_sampled_row_was_non_finite_has_empty_fidelity_not
     tables, releases = synthesis_results([str(path)])
     assert set(FIDELITY + MIXED) <= set(tables.columns)
     assert np.isnan(tables[FIDELITY + MIXED].to_numpy(float)).all() and len(releases) == 1
+
+
+def _panel_inputs(n: int, signal: float, seed: int = 0):
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({"age": rng.normal(60, 10, n), "bmi": rng.normal(27, 4, n)})
+    frame["died"] = (signal * (frame["age"] - 60) / 10 + rng.normal(size=n) > 0).astype(float)
+    return frame
+
+
+class _Config:
+    """The one thing chance_baseline asks of a synthesis config: its targets."""
+
+    def targets(self, spec):
+        return "died", None, []
+
+
+class _Spec:
+    def kinds(self):
+        return {"age": "numeric", "bmi": "numeric", "died": "binary"}
+
+    def codes(self):
+        return {"died": [0, 1]}
+
+
+def test_the_shuffled_label_baseline_scores_chance_where_the_real_table_scores_its_signal():
+    from privehr.tasks.synthetic_evaluation import chance_baseline
+
+    train, test = _panel_inputs(300, 3.0), _panel_inputs(200, 3.0, seed=1)
+    shuffled = chance_baseline(train, test, ["age", "bmi", "died"], _Config(), _Spec(), seed=0)
+    assert len(shuffled) == 3 and all(0.3 < v < 0.7 for v in shuffled)
+
+
+def test_tables_not_beating_the_shuffled_baseline_are_flagged_not_a_fixed_auroc():
+    import pandas as pd
+
+    from privehr.tasks.synthesis_report import _chance_lines, chance_threshold, flag_chance
+
+    originals = pd.DataFrame([{"imputation": 0, "tstr_auroc_shuffled": [0.48, 0.55, 0.50],
+                               "test_labels_imputed": {"imputed": 598, "of": 600}},
+                              {"imputation": 1, "tstr_auroc_shuffled": [0.52, 0.47, 0.51],
+                               "test_labels_imputed": {"imputed": 598, "of": 600}}])
+    chance = chance_threshold(originals)
+    assert chance["fits"] == 6 and 0.5 < chance["threshold"] < 0.6
+    results = pd.DataFrame({"budget_label": ["eps 1e-09", "eps 1e-09", "eps 1", "eps 1"],
+                            "tstr_auroc": [0.53, 0.56, 0.81, np.nan]})
+    flagged = flag_chance(results, chance)
+    assert flagged["tstr_no_better_than_chance"].tolist()[:3] == [True, True, False]
+    assert pd.isna(flagged["tstr_no_better_than_chance"].iloc[3])
+    lines = _chance_lines(flagged, originals, chance, "died", ["eps 1", "eps 1e-09"])
+    assert "eps 1e-09 2 of 2" in lines[0] and "eps 1 " not in lines[0]
+    assert "MICE imputed died for 598 of 600 test patients" in lines[1]
+    strict = chance_threshold(originals.assign(tstr_auroc_shuffled=[[0.70, 0.72, 0.69], [0.71, 0.70, 0.73]]))
+    assert flag_chance(results, strict)["tstr_no_better_than_chance"].tolist()[:3] == [True, True, False]
+
+
+def test_imputed_test_labels_are_counted_from_the_split_as_delivered(tmp_path):
+    import pandas as pd
+
+    from privehr.core.run_layout import RunLayout
+    from privehr.tasks.synthetic_evaluation import imputed_labels
+
+    folder = RunLayout(tmp_path).split_tables
+    folder.mkdir(parents=True)
+    pd.DataFrame({"age": [60, 70, 80], "died": [1, None, None]}).to_csv(folder / "test.csv")
+    assert imputed_labels(str(tmp_path), "died") == {"imputed": 2, "of": 3}
+    assert imputed_labels(str(tmp_path), "derived_label") is None and imputed_labels(str(tmp_path), None) is None

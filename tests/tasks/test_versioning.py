@@ -1,4 +1,6 @@
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +66,30 @@ def test_missing_inputs_are_pulled_and_present_ones_left_alone(dvc_project):
     assert table.read_text() == "a,b\n1,2\n"
     table.write_text("a,b\n9,9\n")  # a local copy differing from the versioned one is never overwritten
     assert pull_inputs.fn([str(table)]) == {str(table): "present"} and table.read_text() == "a,b\n9,9\n"
+
+
+def _shared(*roots: Path) -> list[str]:
+    return [f"{p} {oct(stat.S_IMODE(p.lstat().st_mode))}" for root in roots for p in [root, *root.rglob("*")]
+            if stat.S_IMODE(p.lstat().st_mode) & 0o077]
+
+
+def test_what_a_run_versions_is_owner_only_in_the_cache_and_the_remote(dvc_project, tmp_path):
+    """DVC stores files 0444 and, from a shell's umask, folders 0755: a run's files landing in a hash-prefix folder
+    that `dvc add data` made would be world-readable. After the run is versioned nothing there is."""
+    before = os.umask(0o022)
+    try:
+        (dvc_project / "data").mkdir()
+        (dvc_project / "data" / "t.csv").write_text("a,b\n1,2\n")
+        _run(DVC + ["add", "-q", "data"], dvc_project)
+        _run(DVC + ["push", "-q"], dvc_project)
+        cache, remote = dvc_project / ".dvc" / "cache", tmp_path / "remote"
+        assert _shared(cache, remote)  # as DVC leaves them
+        run_dir = dvc_project / "artifacts" / "run-1"
+        run_dir.mkdir(parents=True)
+        (run_dir / "synthetic.csv").write_text("a,b\n1,2\n")  # the same bytes as data/t.csv: the same object
+        (run_dir / "metrics.json").write_text('{"auroc": 0.8}')
+        assert version_run.fn(str(run_dir))["pushed_files"] >= 1
+    finally:
+        os.umask(before)
+    assert _shared(cache, remote) == []
+    _run(DVC + ["status", "-c", "-q"], dvc_project)  # DVC still reads what it stored

@@ -10,6 +10,7 @@ import yaml
 
 from privehr.core.errors import InputError, settings_error, where_in_text
 from privehr.core.config.pipeline import PipelineConfig
+from privehr.core.yaml_files import DuplicateKeyError, load_json, load_yaml
 
 __all__ = ["BRIDGES_2023_EPSILONS", "SU_2023_MUS", "DEMO_SYNTHESIS", "load_config", "PROFILES"]
 
@@ -58,7 +59,9 @@ def load_config(path: str | Path | None = None, profile: str = "demo", **overrid
             raise InputError(f"config file not found: {path}")
         try:
             text = path.read_text()
-            raw = (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
+            raw = (load_json(text) if path.suffix == ".json" else load_yaml(text)) or {}
+        except DuplicateKeyError as err:
+            raise InputError(f"config file {path}: {err}") from None
         except (yaml.YAMLError, json.JSONDecodeError) as err:
             raise InputError(f"config file {path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}"
                              f"{where_in_text(err)}; fix that line") from None
@@ -75,8 +78,13 @@ def load_config(path: str | Path | None = None, profile: str = "demo", **overrid
             continue
         node = raw
         *parents, leaf = dotted.split(".")
-        for key in parents:
+        for i, key in enumerate(parents):
             node = node.setdefault(key, {})
+            if not isinstance(node, dict):  # `data: 5` in the file, and --data
+                section = ".".join(parents[:i + 1])
+                raise InputError(f"configuration {path if path is not None else '(profile and options)'}: {section}: "
+                                 f"not a mapping. Fix: give a mapping of settings (key: value), e.g. "
+                                 f"{section}: {{{'.'.join(dotted.split('.')[i + 1:])}: ...}}")
         node[leaf] = value
     try:
         return PipelineConfig.model_validate(raw)
