@@ -26,7 +26,7 @@ from privehr.io.privacy_ledger import BudgetExceeded, Ledger, short_dataset
 from privehr.models.data.patient_split import SPLITS
 from privehr.models.methods import grid
 from privehr.models.privacy.ledger import LedgerEntry
-from privehr.models.privacy.patient_accounting import check_patient_budget, member_hashes, patient_spend
+from privehr.models.privacy.patient_accounting import PatientCurves, check_patient_budget, member_hashes, patient_curves
 from privehr.tasks.record_counts import preprocessing_plan
 from privehr.tasks.release_budget import pipeline_dataset_id, plan_grid
 from privehr.tasks.run_directory import read_summary
@@ -51,9 +51,10 @@ def leave_out_spent_patients(cohort_path: str, manifest_path: str, run_dir: str,
         return split_cohort.fn(cohort_path, config.split, run_dir, exclude=left_out) if left_out else manifest_path
     left_out: list = []
     budget = config.privacy.budget_epsilon
+    past = _past(config, dataset, ledger, _subjects(manifest_path)) if budget is not None else None
     for _ in range(MAX_ROUNDS if budget is not None else 0):
         subjects = _subjects(manifest_path)
-        over = _over_budget(run_dir, config, dataset, ledger, subjects)
+        over = _over_budget(run_dir, config, dataset, ledger, subjects, past)
         if not over:
             break
         left_out += over
@@ -92,19 +93,31 @@ def _planned(run_dir: str, config: PipelineConfig, dataset: str) -> list[LedgerE
                            "release": f"pre-check/{i}", "members": "this run"}) for i, e in enumerate(entries)]
 
 
-def _spend(run_dir, config, dataset, ledger, subjects):
+def _hashes(ledger: Ledger, subjects: list) -> np.ndarray:
     key = ledger.key()
-    hashes = np.array([member_hashes([s], key)[0] for s in subjects], dtype=np.uint64)
+    return np.array([member_hashes([s], key)[0] for s in subjects], dtype=np.uint64)
+
+
+def _spend(run_dir, config, dataset, ledger, subjects):
+    hashes = _hashes(ledger, subjects)
     existing = [e for e in ledger.read() if e.dataset == dataset]
     snapshots = dict(ledger.members({e.members for e in existing if e.members}))
     snapshots["this run"] = np.unique(hashes)
     return hashes, existing, _planned(run_dir, config, dataset), snapshots
 
 
-def _over_budget(run_dir, config, dataset, ledger, subjects) -> list:
+def _past(config, dataset, ledger, subjects) -> PatientCurves:
+    """What the run's patients have spent: their curves, composed once (the rounds add the run's plan to them)."""
+    existing = [e for e in ledger.read() if e.dataset == dataset]
+    snapshots = ledger.members({e.members for e in existing if e.members})
+    return patient_curves(existing, snapshots, config.privacy.delta, patients=np.unique(_hashes(ledger, subjects)))
+
+
+def _over_budget(run_dir, config, dataset, ledger, subjects, past: PatientCurves) -> list:
     """The subjects whose spend, with the whole run's releases, would pass the budget."""
-    hashes, existing, planned, snapshots = _spend(run_dir, config, dataset, ledger, subjects)
-    spend = patient_spend(existing + planned, snapshots, config.privacy.delta, patients=snapshots["this run"])
+    hashes = _hashes(ledger, subjects)
+    mine = past.select(np.isin(past.patients, hashes))
+    spend = mine.plus(_planned(run_dir, config, dataset))
     over = set(spend.over(config.privacy.budget_epsilon).tolist())
     return [s for s, h in zip(subjects, hashes.tolist()) if h in over]
 

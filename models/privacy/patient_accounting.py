@@ -31,7 +31,7 @@ import hashlib
 import hmac
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import sparse
@@ -41,7 +41,7 @@ from privehr.models.privacy.ledger import (GAUSSIAN_MECHANISMS, BudgetVerdict, L
                                            effective_entries)
 
 __all__ = ["member_hashes", "snapshot_id", "PatientSpend", "patient_spend", "snapshot_bytes", "snapshot_from_bytes",
-           "PatientVerdict", "check_patient_budget", "entries_of"]
+           "PatientVerdict", "check_patient_budget", "entries_of", "PatientCurves", "patient_curves"]
 
 _MEMBER = b"privehr-member-v1\n"
 _SNAPSHOT = b"privehr-members-v1\n"
@@ -69,7 +69,8 @@ def snapshot_from_bytes(raw: bytes) -> np.ndarray:
 
 
 def snapshot_id(hashes: np.ndarray, key: bytes) -> str:
-    """The snapshot's id: HMAC-SHA256 of its bytes under the ledger's key (content-addressed, unforgeable without it)."""
+    """The snapshot's id: HMAC-SHA256 of its bytes under the ledger's key (content-addressed; forged only with the
+    key)."""
     return hmac.new(key, _SNAPSHOT + snapshot_bytes(hashes), hashlib.sha256).hexdigest()
 
 
@@ -113,24 +114,13 @@ def _convert(rdp: np.ndarray, delta: float) -> np.ndarray:
     return np.where(at_edge, np.minimum(best, eps.min(axis=1)), best)
 
 
-def patient_spend(entries: list[LedgerEntry], snapshots: Mapping[str, np.ndarray], delta: float,
-                  patients: np.ndarray | None = None, fresh: bool = False) -> PatientSpend:
-    """Each patient's spend over one source's ``entries`` (what counts of them: releases and unsettled reservations).
-
-    ``snapshots`` maps every snapshot id the entries cite to its hashes; ``patients`` (sorted uint64) are the
-    patients to account, by default everyone in a snapshot. An entry citing no snapshot charges every patient;
-    ``fresh`` computes each per-step RDP curve anew (``--verify``) instead of taking the store's."""
-    counted = effective_entries(entries)
-    cited = sorted({e.members for e in counted if e.members})
-    missing = [s for s in cited if s not in snapshots]
-    if missing:
-        raise KeyError(f"membership snapshot {missing[0][:12]} is cited but not given")
+def _rows(counted: list[LedgerEntry], cited: list[str], fresh: bool):
+    """Per snapshot (a last row for the entries citing none): the summed RDP curve (k-fold compositions of identical
+    mechanisms), the other DP epsilons (basic composition), whether a Gaussian entry and a not-DP entry are there."""
     column = {s: i for i, s in enumerate(cited)}
     orders = tuple(RDP_ORDERS)
-    curves = np.zeros((len(cited) + 1, len(orders)))  # the last row: entries that cite no snapshot
-    other = np.zeros(len(cited) + 1)
-    gaussian = np.zeros(len(cited) + 1)
-    not_dp = np.zeros(len(cited) + 1)
+    curves = np.zeros((len(cited) + 1, len(orders)))
+    other, gaussian, not_dp = np.zeros(len(cited) + 1), np.zeros(len(cited) + 1), np.zeros(len(cited) + 1)
     step = _rdp_step_computed if fresh else _rdp_step_stored
     steps: dict[tuple, int] = {}
     for e in counted:
@@ -145,21 +135,72 @@ def patient_spend(entries: list[LedgerEntry], snapshots: Mapping[str, np.ndarray
     for (row, sigma, q), t in steps.items():  # one k-fold composition per (snapshot, mechanism)
         curves[row] += step(sigma, q, orders) * t
         gaussian[row] = 1
+    return curves, other, gaussian, not_dp
+
+
+@dataclass
+class PatientCurves:
+    """Each patient's summed RDP curve over the releases that used them (and what else they took part in): the state
+    a spend is converted from, kept so a run's planned releases are added without composing the past again."""
+
+    patients: np.ndarray   # uint64, sorted
+    rdp: np.ndarray        # patients x RDP_ORDERS
+    other: np.ndarray      # other DP epsilons, basic composition
+    gaussian: np.ndarray   # bool: a Gaussian release used them
+    not_dp: np.ndarray     # bool: a release without a DP guarantee used them
+    delta: float
+    fresh: bool = False
+
+    def spend(self) -> PatientSpend:
+        eps = np.zeros(len(self.patients))
+        if self.gaussian.any():
+            eps[self.gaussian] = _convert(self.rdp[self.gaussian], self.delta)
+        eps = eps + self.other
+        eps[self.not_dp] = np.inf
+        return PatientSpend(self.patients, eps, self.delta)
+
+    def plus(self, entries: list[LedgerEntry]) -> PatientSpend:
+        """The spend if every patient here also took part in ``entries`` (a run's planned releases)."""
+        everyone = [replace(e, members=None) for e in effective_entries(entries)]
+        curves, other, gaussian, not_dp = _rows(everyone, [], self.fresh)
+        return PatientCurves(self.patients, self.rdp + curves[0], self.other + other[0],
+                             self.gaussian | bool(gaussian[0]), self.not_dp | bool(not_dp[0]), self.delta,
+                             self.fresh).spend()
+
+    def select(self, keep: np.ndarray) -> "PatientCurves":
+        """The patients where ``keep`` (a boolean mask) holds."""
+        return PatientCurves(self.patients[keep], self.rdp[keep], self.other[keep], self.gaussian[keep],
+                             self.not_dp[keep], self.delta, self.fresh)
+
+
+def patient_curves(entries: list[LedgerEntry], snapshots: Mapping[str, np.ndarray], delta: float,
+                   patients: np.ndarray | None = None, fresh: bool = False) -> PatientCurves:
+    """Each patient's curves over one source's ``entries`` (what counts of them: releases and unsettled reservations).
+
+    ``snapshots`` maps every snapshot id the entries cite to its hashes; ``patients`` (sorted uint64) are the
+    patients to account, by default everyone in a snapshot. An entry citing no snapshot charges every patient;
+    ``fresh`` computes each per-step RDP curve anew (``--verify``) instead of taking the store's."""
+    counted = effective_entries(entries)
+    cited = sorted({e.members for e in counted if e.members})
+    missing = [s for s in cited if s not in snapshots]
+    if missing:
+        raise KeyError(f"membership snapshot {missing[0][:12]} is cited but not given")
+    curves, other, gaussian, not_dp = _rows(counted, cited, fresh)
     if patients is None:
         patients = (np.unique(np.concatenate([snapshots[s] for s in cited])) if cited
                     else np.zeros(0, dtype=np.uint64))
     membership = _membership(patients, [snapshots[s] for s in cited])
     everyone = len(cited)
-    rdp = membership @ curves[:everyone] + curves[everyone]
-    eps_other = membership @ other[:everyone] + other[everyone]
-    used_gaussian = (membership @ gaussian[:everyone] + gaussian[everyone]) > 0
-    used_not_dp = (membership @ not_dp[:everyone] + not_dp[everyone]) > 0
-    eps = np.zeros(len(patients))
-    if used_gaussian.any():
-        eps[used_gaussian] = _convert(rdp[used_gaussian], delta)
-    eps = eps + eps_other
-    eps[used_not_dp] = np.inf
-    return PatientSpend(patients, eps, delta)
+    return PatientCurves(patients, membership @ curves[:everyone] + curves[everyone],
+                         membership @ other[:everyone] + other[everyone],
+                         (membership @ gaussian[:everyone] + gaussian[everyone]) > 0,
+                         (membership @ not_dp[:everyone] + not_dp[everyone]) > 0, delta, fresh)
+
+
+def patient_spend(entries: list[LedgerEntry], snapshots: Mapping[str, np.ndarray], delta: float,
+                  patients: np.ndarray | None = None, fresh: bool = False) -> PatientSpend:
+    """Each patient's spend (:func:`patient_curves`, converted)."""
+    return patient_curves(entries, snapshots, delta, patients, fresh).spend()
 
 
 def _membership(patients: np.ndarray, members: list[np.ndarray]) -> sparse.csr_matrix:

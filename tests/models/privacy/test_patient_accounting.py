@@ -11,7 +11,8 @@ from privehr.core.errors import InputError
 from privehr.io.privacy_ledger import Ledger, LedgerTampered, ledger_totals, reserve, verify_ledger
 from privehr.io.release_bundle import public_entry
 from privehr.models.privacy.ledger import LedgerEntry, compose_entries
-from privehr.models.privacy.patient_accounting import (check_patient_budget, entries_of, member_hashes, patient_spend,
+from privehr.models.privacy.patient_accounting import (check_patient_budget, entries_of, member_hashes, patient_curves,
+                                                       patient_spend,
                                                        snapshot_id)
 from privehr.models.privacy.release_plan import ReleasePlan
 
@@ -166,3 +167,17 @@ def test_the_view_skips_prv_and_pld_beyond_its_limit_of_distinct_mechanisms_and_
     assert "PRV and PLD not composed: 3 distinct mechanisms, more than 2 (--all-accountants" in capsys.readouterr().out
     assert main(view + ["--all-accountants"]) == 0
     assert "not composed" not in capsys.readouterr().out
+
+
+def test_a_runs_plan_added_to_the_composed_past_equals_composing_everything_again():
+    entries, snapshots = _entries(np.random.default_rng(2))
+    entries = [e for e in entries if e.mechanism != "non_private"]
+    patients = np.unique(np.concatenate(list(snapshots.values())))[::2]
+    run = snapshot_id(patients, KEY)
+    planned = [LedgerEntry(**{**_plan().as_dict(), "dataset": "s", "release": f"p{i}", "status": "reserved",
+                              "members": run}) for i in range(3)]
+    whole = patient_spend(entries + planned, {**snapshots, run: patients}, 1e-5, patients=patients)
+    added = patient_curves(entries, snapshots, 1e-5, patients=patients).plus(planned)
+    assert np.allclose(added.epsilon, whole.epsilon, rtol=1e-12, atol=0)
+    half = patient_curves(entries, snapshots, 1e-5, patients=patients).select(np.arange(len(patients)) % 2 == 0)
+    assert np.array_equal(half.spend().epsilon, patient_spend(entries, snapshots, 1e-5, patients=patients[::2]).epsilon)
