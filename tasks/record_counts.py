@@ -70,7 +70,7 @@ def check_preprocessing_budget(run_dir: str, config: PipelineConfig) -> dict[str
         return {}
     reservations = reserve_planned(run_dir, pipeline_dataset_id(config), config,
                                    {k: e for k, (e, _) in planned.items()}, "preprocessing release(s)",
-                                   out=RunLayout(run_dir).preprocessing_budget, members=run_members(run_dir))
+                                   out=RunLayout(run_dir).preprocessing_budget, members=run_members(run_dir, config))
     return {k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}
 
 

@@ -82,22 +82,20 @@ def synthesis_dataset_id(run_dir: str, config: SynthesisConfig) -> str:
     return source_id(config.privacy.dataset_id, config.path)
 
 
-def run_members(run_dir: str) -> str | None:
-    """The run's membership snapshot (``tasks/patient_budget.py`` records it before any release is planned)."""
-    path = RunLayout(run_dir).members
-    return json.loads(path.read_text())["snapshot"] if path.exists() else None
+def run_members(run_dir: str, config: PipelineConfig) -> str | None:
+    """The run's patients (its split's subjects, after the patient-budget task left out the spent) as a membership
+    snapshot in the config's ledger (content-addressed: written once, the same id every time; None without a split)."""
+    path = RunLayout(run_dir).split_manifest
+    if not path.exists():
+        return None
+    subjects = json.loads(path.read_text())["subjects"]
+    return Ledger(config.privacy.ledger_path).write_members([s for part in subjects.values() for s in part])
 
 
 def synthesis_members(run_dir: str, config: SynthesisConfig) -> str:
-    """The EHR table's patients (its kept records, both parts) as a membership snapshot in the ledger; recorded in the
-    run directory, read back by the run's later checks."""
-    path = RunLayout(run_dir).members
-    if path.exists():
-        return json.loads(path.read_text())["snapshot"]
+    """The EHR table's patients (its kept records, both parts) as a membership snapshot in the config's ledger."""
     train, test, _ = imputed_tables(run_dir, 0)
-    snapshot = Ledger(config.privacy.ledger_path).write_members([*train.index, *test.index])
-    path.write_text(json.dumps({"snapshot": snapshot, "left_out": []}))
-    return snapshot
+    return Ledger(config.privacy.ledger_path).write_members([*train.index, *test.index])
 
 
 def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry], voided: int, what: str,
@@ -182,7 +180,7 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
     try:
         reservations = reserve_planned(run_dir, pipeline_dataset_id(config), config,
                                        {k: e for k, (e, _) in planned.items()}, "grid release(s)",
-                                       members=run_members(run_dir))
+                                       members=run_members(run_dir, config))
     except BudgetExceeded as refused:
         spent = _spent_before_the_grid(run_dir, config)
         if not spent:

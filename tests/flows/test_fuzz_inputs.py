@@ -58,7 +58,20 @@ def tables(draw):
             "encoding": draw(st.sampled_from(["utf-8", "utf-8", "utf-16", "latin-1"])),
             "separator": draw(st.sampled_from([",", ",", ";", "\t"])),
             "mutation": draw(st.sampled_from([None, "swap_bounds", "drop_categories", "kind_numeric",
-                                              "attribute_twice", "no_attributes"]))}
+                                              "attribute_twice", "no_attributes", "derived", "nan_bound",
+                                              "key_twice", "scalar_section"])),
+            "expression": draw(expressions(names))}
+
+
+# pieces of derived expressions: arithmetic over the table's names, and what a hostile spec would try
+HOSTILE = ["__import__('os')", "x.__class__", "[1][0]", "'a'", "lambda: 1", "@v", "open", "sqrt(", "1e309", "**",
+           "not ", "where(", "[x for x in y]", ".__globals__", "f'{1}'", ":="]
+
+
+def expressions(names: list[str]):
+    atoms = st.sampled_from([*names, "2", "0.5", "abs(", "maximum(", *HOSTILE])
+    joins = st.sampled_from([" + ", " * ", " / ", " > ", " and ", " & ", " | ", "(", ")", ", ", "."])
+    return st.lists(st.one_of(atoms, joins), min_size=1, max_size=8).map("".join)
 
 
 def _write(case: dict, path: Path) -> None:
@@ -69,11 +82,28 @@ def _write(case: dict, path: Path) -> None:
     path.write_bytes(("\n".join(rows) + "\n").encode(case["encoding"], errors="replace"))
 
 
-def _mutate(spec_path: Path, mutation: str | None) -> None:
+def _mutate(spec_path: Path, mutation: str | None, expression: str = "") -> list[str]:
+    """Mutate the drafted spec; return extra arguments for synthesize (a config file)."""
     if mutation is None or not spec_path.exists():
-        return
+        return []
+    if mutation == "scalar_section":  # a config section given as a scalar, with its own option on the command line
+        config = spec_path.with_name("config.yaml")
+        config.write_text("mice: 3\n")
+        return ["--config", str(config)]
+    if mutation == "key_twice":  # a spec's key given twice: YAML would keep the last silently
+        text = spec_path.read_text()
+        first = text.splitlines()[0]
+        spec_path.write_text(text + first + "\n")
+        return []
     spec = yaml.safe_load(spec_path.read_text())
     attributes = spec.get("attributes") or []
+    if mutation == "derived":
+        spec["derived"] = [{"name": "derived_x", "expression": expression}]
+    if mutation == "nan_bound":
+        for a in attributes:
+            if a.get("valid_low") is not None:
+                a["valid_low"] = float("nan")
+                break
     if mutation == "no_attributes":
         spec["attributes"] = []
     elif mutation == "attribute_twice" and attributes:
@@ -90,6 +120,7 @@ def _mutate(spec_path: Path, mutation: str | None) -> None:
             a.pop("categories", None)
             break
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return []
 
 
 # never closed: Prefect's console handler keeps the stream it first saw (a closed one would fail its later logs)
@@ -125,19 +156,25 @@ def _check_example(case: dict, root: Path) -> str:
     assert code in (0, 2)
     if code == 2:
         return "spec draft refused"
-    _mutate(spec, case["mutation"])
+    extra = _mutate(spec, case["mutation"], case.get("expression", ""))
     code, out, _ = _command(["validate", str(table), "--ehr-spec", str(spec), "--artifacts-dir", str(artifacts),
                              "--run-id", "validate"])
     assert code in (0, 1, 2)
+    if case["mutation"] in ("nan_bound", "key_twice") and spec.exists() and code != 2:
+        assert "valid_low" not in spec.read_text() or case["mutation"] == "key_twice", "a NaN bound was accepted"
     code, out, _ = _command(["synthesize", "--data", str(table), "--spec", str(spec), "--synthesizers", "mst",
                              "--epsilon", "1", "--m", "1", "--runs", "1", "--releases", "1", "--no-non-private",
-                             "--iterations", "2", "--artifacts-dir", str(artifacts), "--run-id", "synth"])
+                             "--iterations", "2", "--artifacts-dir", str(artifacts), "--run-id", "synth", *extra])
     assert code in (0, 2)
+    if case["mutation"] in ("key_twice", "scalar_section"):
+        assert code == 2, f"{case['mutation']} was not refused"
+    if case["mutation"] == "derived" and any(h.strip("(") in case["expression"] for h in HOSTILE if len(h) > 3):
+        assert code == 2 or "__" not in case["expression"], "a hostile expression ran"
     assert table.read_bytes() == raw  # the input is only read
     outside = {f for f in _files(root) if f.parts[0] != "artifacts"} - {Path("table.csv"), Path("table.yaml")}
     assert not outside, outside
     inside = {f.parts[1] for f in _files(root) if f.parts[0] == "artifacts" and len(f.parts) > 2}
-    assert inside <= {"validate", "synth", "_static"}, inside
+    assert inside <= {"validate", "synth", "_static", "privacy_ledger.jsonl.members"}, inside  # the ledger's own
     return "finished" if code == 0 else "refused"
 
 
