@@ -9,6 +9,7 @@ card's evaluation describes. The scores are patient-level: they go to the file t
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from prefect import task
 
 from privehr.core.errors import InputError
 from privehr.io.mimic_extract import read_window
-from privehr.io.permissions import private_umask
+from privehr.io.permissions import private_file
 from privehr.io.release_bundle import Bundle, read_bundle
 from privehr.models.classifiers import build_classifier, classifier_inputs
 from privehr.models.classifiers.training import predict_proba
@@ -51,7 +52,12 @@ def apply_bundle(bundle: Bundle, mean: np.ndarray, count: np.ndarray, models: li
         raise InputError(f"the bundle has no model {unknown[0]!r}; it holds {sorted(available)}")
     risks = {}
     for cell_id in wanted:
-        saved = torch.load(available[cell_id], weights_only=True)
+        try:  # weights only: a pickle payload is refused, never run
+            saved = torch.load(available[cell_id], weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
+            raise InputError(f"model file {available[cell_id]} is not a weights-only PyTorch file (a pickle payload, "
+                             f"or truncated: {type(err).__name__}); it was not loaded. Copy the bundle again from its "
+                             "run") from None
         arch = saved["architecture"]
         model = build_classifier(arch["model"], arch["n_variables"], arch["n_hours"], seed=0,
                                  hidden_size=arch["hidden_size"])
@@ -101,9 +107,8 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     table = stays.reset_index(drop=True)
     for cell_id, p in risks.items():
         table[f"risk_{cell_id}"] = p
-    with private_umask():  # patient-level: the owner's alone, as every file of a run
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out_path, index=False)
+    with private_file(out_path) as tmp:  # patient-level: 0600, also over an existing file
+        table.to_csv(tmp, index=False)
     return {"bundle": str(bundle.path), "data": str(data_path), "out": str(out_path), "stays": int(len(table)),
             "in_cohort": int(table["in_cohort"].sum()), "models": sorted(risks),
             "guarantee": bundle.manifest["guarantee"]}

@@ -101,13 +101,13 @@ def prepare_records(run_dir: str, config: InferenceConfig) -> int:
             except NotImplementedError as err:
                 raise InputError(f"{err}; pass data_path with the records") from None
         torch.save(records, out)
-    n = len(torch.load(out))
+    n = len(torch.load(out, weights_only=True))
     run_logger().info("records: %d subject(s), model %s", n, config.model)
     return n
 
 
 def _records(run_dir: str | Path, device: torch.device) -> torch.Tensor:
-    return torch.load(_records_path(run_dir)).to(device)
+    return torch.load(_records_path(run_dir), weights_only=True).to(device)
 
 
 def inference_dataset_id(config: InferenceConfig, n: int) -> str:

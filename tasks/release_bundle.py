@@ -9,9 +9,12 @@ the spec's bounds) or the output of a DP mechanism that a budget check reserved 
 * ``featurizer.json``: the per-variable statistics (public, or a Gaussian mechanism on clipped values);
 * ``evaluation.json``: per model, noisy per-class histograms of its test scores (a Gaussian mechanism, recorded here
   before anything is written) and the AUROC, AUPRC, prevalence and calibration computed from them alone;
-* ``card.json`` / ``card.md``: the model card, post-processing of the above;
-* ``manifest.json``: each file's sha256 and releases, those releases' ledger entries and their total by PRV, RDP and
-  PLD.
+* ``card.json`` / ``card.md``: the model card, post-processing of the above, rendered from the manifest's copy;
+* ``manifest.json``: each file's sha256 and releases, those releases' ledger entries (a model's binds its file's
+  sha256), their total by PRV, RDP and PLD, and the card;
+* ``signature.json``: the hospital's Ed25519 signature of the manifest (:mod:`privehr.io.bundle_signature`).
+
+A bundled model file is the run's model file byte for byte: the file whose sha256 its release bound in the ledger.
 
 The rest of the run directory (exact metrics, cohort and split counts, the report) stays inside the hospital.
 Ponomareva et al. 2023 ("How to DP-fy ML", JAIR) is the checklist: preprocessing, tuning and evaluation on private
@@ -23,6 +26,7 @@ bundle NOT DP end to end.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from datetime import datetime, timezone
@@ -37,8 +41,9 @@ from privehr.core.records import FitRow
 from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_mimic_spec
 from privehr.core.strict_json import strict_dumps
+from privehr.io.bundle_signature import fingerprint, hospital_key, signing_key_path
 from privehr.io.privacy_ledger import read_ledger, record_release
-from privehr.io.release_bundle import BUNDLE_FILES, bundle_total, public_entry, render_card, write_manifest
+from privehr.io.release_bundle import BUNDLE_FILES, bundle_total, public_entry, write_manifest
 from privehr.models.data.hourly_profile import outlier_bounds
 from privehr.models.evaluation.dp_evaluation import metrics_from_histograms, noisy_histograms
 from privehr.models.methods import create_method
@@ -49,7 +54,7 @@ from privehr.tasks.release_budget import evaluation_key
 from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
 
-__all__ = ["write_release_bundle", "LABEL_DEFINITIONS"]
+__all__ = ["write_release_bundle", "signing_key", "LABEL_DEFINITIONS"]
 
 LABEL_DEFINITIONS = {"mort_icu": "death in the ICU", "mort_hosp": "death in hospital",
                      "los_3": "ICU stay longer than 3 days", "los_7": "ICU stay longer than 7 days"}
@@ -96,12 +101,26 @@ def _evaluate(run: RunLayout, row: FitRow, test: dict, config: PipelineConfig, r
     return evaluation
 
 
-def _model_file(run: RunLayout, row: FitRow, n_variables: int, n_hours: int) -> dict:
-    state = torch.load(run.model(row.cell_id, row.seed), weights_only=True)
-    return {"cell": state["cell"], "hyperparameters": state["hyperparameters"], "state_dict": state["state_dict"],
-            "architecture": {"model": row.model, "n_variables": n_variables, "n_hours": n_hours,
-                             "hidden_size": state["hyperparameters"].get("hidden_size", 32)},
-            "training": state["training"]}
+def signing_key(ledger_path):
+    """The hospital's signing key (beside the ledger); its fingerprint logged when this call created it."""
+    key, created = hospital_key(ledger_path)
+    if created:
+        run_logger().info("created the hospital's signing key %s (owner-only; keep it out of backups others read); "
+                          "its fingerprint, which partners pin with `privehr release verify --key-fingerprint`: %s",
+                          signing_key_path(ledger_path), fingerprint(key.public_key()))
+    return key
+
+
+def _bundle_model(run: RunLayout, row: FitRow, out, entries: dict) -> dict:
+    """Copy the fit's model file into the bundle byte for byte, once its sha256 is the one its release bound in the
+    ledger; return what it holds (weights only: never unpickled)."""
+    data = run.model(row.cell_id, row.seed).read_bytes()
+    bound = entries[row.release].sha256 if row.release in entries else None
+    if bound != hashlib.sha256(data).hexdigest():
+        raise RuntimeError(f"{row.cell_id}: the run's model file is not the one its release {row.release} bound in "
+                           "the ledger" + (" (it predates file binding: run it again)" if bound is None else ""))
+    out.write_bytes(data)
+    return torch.load(out, weights_only=True)
 
 
 def _search_releases(run: RunLayout, row: FitRow) -> tuple[list[str], int]:
@@ -206,11 +225,11 @@ def write_release_bundle(run_dir: str, rows: list[dict], config: PipelineConfig,
     sources = {"featurizer.json": {"source": featurizer["source"], "releases": featurizer_releases},
                "counts.json": {"source": counts["source"], "releases": [recorded.release] if recorded.release else []}}
     models, cited = [], set(featurizer_releases) | set(sources["counts.json"]["releases"])
-    _, n_hours, n_variables = test["values"].shape
+    in_ledger = read_ledger(config.privacy.ledger_path)
+    ledger = {e.release: e for e in in_ledger}
     for row in bundled:
         path = f"models/{row.cell_id}.pt"
-        model_file = _model_file(run, row, n_variables, n_hours)
-        torch.save(model_file, out / path)
+        model_file = _bundle_model(run, row, out / path, ledger)
         evaluation = evaluations[row.cell_id]
         searched, trials = [], 0
         if create_method(row.method, config.training, config.privacy).scores_search_privately():
@@ -234,13 +253,11 @@ def write_release_bundle(run_dir: str, rows: list[dict], config: PipelineConfig,
          for k, v in evaluations.items()}, indent=1))
     evaluation_releases = [v["release"] for v in evaluations.values()]
     sources["evaluation.json"] = {"source": "dp", "releases": evaluation_releases}
-    entries = [e for e in read_ledger(config.privacy.ledger_path) if e.release in cited]
+    entries = [e for e in in_ledger if e.release in cited]
     total = bundle_total([public_entry(e) for e in entries], config.privacy.delta)
     exact_tuning = any(m["tuning"]["method"] == "exact" for m in models)
     guarantee, _ = _guarantee(total, featurizer["source"], counts["source"], config.split.method, exact_tuning)
     card = _card(config, models, counts, featurizer, total, guarantee)
-    (out / "card.json").write_text(strict_dumps(card, indent=1))
-    (out / "card.md").write_text(render_card(card))
     every = sorted(cited)
     sources["card.json"], sources["card.md"] = ({"source": "derived", "releases": every} for _ in range(2))
     for name, about in sources.items():
@@ -250,7 +267,8 @@ def write_release_bundle(run_dir: str, rows: list[dict], config: PipelineConfig,
     # version, not the working tree's commit (a project that commits its data.dvc commits the delivery's hash)
     header = {"run_id": run.root.name, "created": datetime.now(timezone.utc).date().isoformat(),
               "code": {"privehr": version("privehr")}, "guarantee": guarantee}
-    manifest = write_manifest(out, sources, entries, config.privacy.delta, header)
+    manifest = write_manifest(out, sources, entries, config.privacy.delta, header, card,
+                              signing_key(config.privacy.ledger_path))
     run_logger().info("release bundle: %d model(s), %d release(s); %s", len(models), len(entries), guarantee)
     return {"path": str(out), "models": [m["cell_id"] for m in models], "releases": len(entries),
             "guarantee": guarantee, "total": manifest["total"]}

@@ -21,7 +21,10 @@ Layout in the run directory (``job`` = ``imp<i>-<budget>-run<r>``):
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -306,11 +309,17 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reserved: Reser
                          _seed(job))
     done = method.fit(job, data, reserved.plan,
                       NoiseSource.for_release(config.privacy.reproducible_noise, job["job_id"]))
+    flow = None
+    if done.state_:  # the flow's file is serialised first: its release binds the file's sha256
+        buffer = io.BytesIO()
+        torch.save(done.state_["flow"], buffer)
+        flow = buffer.getvalue()
+    entry = done.entry if flow is None else replace(done.entry, sha256=hashlib.sha256(flow).hexdigest())
     ledger_release = record_release(config.privacy.ledger_path, reserved.reservation,  # at once: before anything
-                                    done.entry).release                                # is saved
+                                    entry).release                                     # is saved
     if done.state_:  # the flow and its loss curve (a statistic of private batches): with the patient-level files
         run.flows.mkdir(parents=True, exist_ok=True)
-        torch.save(done.state_["flow"], run.flows / f"{job['job_id']}.pt")
+        (run.flows / f"{job['job_id']}.pt").write_bytes(flow)  # the bytes its release bound
         (run.flows / f"{job['job_id']}.history.json").write_text(json.dumps(done.state_["history"]))
         done.extra["flow"] = str(run.flows / f"{job['job_id']}.pt")
     rows = data.rows

@@ -8,9 +8,11 @@ reserved and the ledger recorded:
   values drawn by MICE fitted on the synthetic table itself; ``tables/<job>-r<k>-missing.csv``: the same table
   before that imputation, its missing values as the synthesizer released them (``synthesis.missing: in_release``);
 * ``counts.json``: the patient count the tables are sized by, where it is a DP release (or declared public);
-* ``card.json`` / ``card.md``: what the tables are, their guarantee, what it covers and does not;
+* ``card.json`` / ``card.md``: what the tables are, their guarantee, what it covers and does not (rendered from the
+  manifest's copy of the card);
 * ``manifest.json``: each file's sha256 and releases, those releases' ledger entries and their total by PRV, RDP
-  and PLD (:mod:`privehr.io.release_bundle`).
+  and PLD, and the card (:mod:`privehr.io.release_bundle`);
+* ``signature.json``: the hospital's Ed25519 signature of the manifest (:mod:`privehr.io.bundle_signature`).
 
 Releases without a guarantee (the non-private flow, reproducible noise) and tables scaled by training statistics
 or bounded by a spec drafted from the data stay inside the hospital. A run in the papers' order
@@ -34,7 +36,8 @@ from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_ehr_spec
 from privehr.core.strict_json import strict_dumps
 from privehr.io.privacy_ledger import read_ledger
-from privehr.io.release_bundle import bundle_total, public_entry, render_card, write_manifest
+from privehr.io.release_bundle import bundle_total, public_entry, write_manifest
+from privehr.tasks.release_bundle import signing_key
 from privehr.tasks.run_logging import run_logger
 from privehr.tasks.synthesis import needs_noisy_count
 
@@ -106,14 +109,13 @@ def write_synthesis_bundle(run_dir: str, record_paths: list[str], config: Synthe
     columns = [a.name for a in spec.attributes] if config.missing == "in_release" else \
         json.loads(run.imputation.read_text())["attributes"]
     card = _card(config, spec, tables, total, guarantee, counts, columns)
-    (out / "card.json").write_text(strict_dumps(card, indent=1))
-    (out / "card.md").write_text(render_card(card))
     every = sorted(cited)
     for name in ("card.json", "card.md"):
         sources[name] = {"source": "derived", "releases": every, "about": "the card of the synthetic tables"}
     header = {"run_id": run.root.name, "created": datetime.now(timezone.utc).date().isoformat(),
               "code": {"privehr": version("privehr")}, "guarantee": guarantee, "kind": "synthetic tables"}
-    manifest = write_manifest(out, sources, entries, config.privacy.delta, header)
+    manifest = write_manifest(out, sources, entries, config.privacy.delta, header, card,
+                              signing_key(config.privacy.ledger_path))
     run_logger().info("release bundle: %d synthetic table(s) from %d release(s); %s",
                       sum(1 for n in sources if n.startswith("tables/")), len(entries), guarantee)
     return {"path": str(out), "tables": len([n for n in sources if n.startswith("tables/")]),

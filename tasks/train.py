@@ -32,13 +32,16 @@ Privacy: a DP-SGD fit (final or search trial) trains by the :class:`~privehr.mod
 that the budget check built and reserved (the same object: a plan is built once per release) with noise from
 ``NoiseSource.for_release``, and enters the ledger as soon as it is trained, before its model is written
 anywhere (:func:`privehr.io.privacy_ledger.record_release`); non-private and ExpM+NF fits enter it the same way,
-as releases without a DP guarantee. How each method trains, and what each of its releases is, lives in its
+as releases without a DP guarantee. A final fit's model file is serialised before its release is recorded, and the
+entry binds the file's sha256; exactly those bytes are then written (and a release bundle ships them unchanged).
+How each method trains, and what each of its releases is, lives in its
 :class:`~privehr.models.methods.TrainingMethod`, which is pure: these tasks do the ledger and the files.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import time
 from dataclasses import replace
@@ -57,7 +60,7 @@ from privehr.models.classifiers import classifier_inputs
 from privehr.models.device import resolve_device
 from privehr.models.classifiers.hyperparameter_search import sample_configurations
 from privehr.models.evaluation.dp_evaluation import metrics_from_histograms, noisy_histograms
-from privehr.models.methods import CellData, FitSpec, TrainingMethod, create_method
+from privehr.models.methods import CellData, FitSpec, Release, TrainingMethod, create_method
 from privehr.models.privacy.ledger import guarantee_label
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import Reserved
@@ -101,13 +104,36 @@ def _method(cell: Cell, training: TrainingConfig, privacy: PrivacyConfig) -> Tra
     return create_method(cell.method, training, privacy, progress_artifact)
 
 
-def _fit(method: TrainingMethod, spec: FitSpec, data: CellData, reserved: Reserved | None, privacy: PrivacyConfig):
-    """Train one release by its reserved plan and enter it in the ledger at once, before anything is saved."""
+def _model_file(release: Release, spec: FitSpec, data: CellData) -> bytes:
+    """The model file's bytes: the release's state and, for a classifier, the architecture a scorer rebuilds it by
+    (what a release bundle needs besides the weights)."""
+    state = release.state_
+    if "state_dict" in state:
+        state = {**state, "architecture": {"model": spec.cell.model, "n_variables": data.n_variables,
+                                           "n_hours": data.n_hours,
+                                           "hidden_size": spec.hyperparameters.get("hidden_size", 32)}}
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def _write_model(path: Path, payload: bytes) -> None:
+    path.write_bytes(payload)
+
+
+def _fit(method: TrainingMethod, spec: FitSpec, data: CellData, reserved: Reserved | None, privacy: PrivacyConfig,
+         saved: bool = False) -> tuple[Release, bytes | None]:
+    """Train one release by its reserved plan and enter it in the ledger at once, before anything is saved; a
+    ``saved`` fit's model file is serialised first and its entry binds the file's sha256 (returned: the bytes to
+    write)."""
     noise = NoiseSource.for_release(privacy.reproducible_noise, spec.cell.cell_id, spec.what, spec.seed)
     release = method.fit(spec, data, reserved.plan if reserved else None, noise)
+    payload = _model_file(release, spec, data) if saved else None
     if reserved is not None:
-        release.ledger_id = record_release(privacy.ledger_path, reserved.reservation, release.entry).release
-    return release
+        entry = release.entry if payload is None else replace(release.entry,
+                                                              sha256=hashlib.sha256(payload).hexdigest())
+        release.ledger_id = record_release(privacy.ledger_path, reserved.reservation, entry).release
+    return release, payload
 
 
 def _result_key(run_dir: str, *parts) -> str:
@@ -224,7 +250,7 @@ def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConf
             train = replace(train, dev=(held_out.inputs, held_out.y))
         for k, hp in enumerate(configs):
             spec = FitSpec(cell, hp, training.search_seed, f"search trial {k}")
-            release = _fit(method, spec, train, reserved.get(trial_key(cell, k)), privacy)
+            release, _ = _fit(method, spec, train, reserved.get(trial_key(cell, k)), privacy)
             info = release.info_
             trial = {"hyperparameters": hp, "epochs": info["epochs"], "release": release.ledger_id}
             if privately:
@@ -271,13 +297,13 @@ def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed:
     data = _data(features_dir, ["train", "dev"], cell, dev)
     test = _data(features_dir, ["test"], cell, dev)
     method = _method(cell, training, privacy)
-    release = _fit(method, FitSpec(cell, hyperparameters, seed), data, reserved, privacy)
+    release, payload = _fit(method, FitSpec(cell, hyperparameters, seed), data, reserved, privacy, saved=True)
     evaluation = method.evaluate(release, test.inputs, test.y)
     save_predictions(run_dir, cell, seed, evaluation.probabilities)  # patient-level: intermediate/, for the report
     model_path = run.model(cell.cell_id, seed)
     if evaluation.draws is not None:  # every draw's test scores, for the report's box plots
         model_path.with_suffix(".draws.json").write_text(json.dumps(evaluation.draws))
-    torch.save(release.state_, model_path)
+    _write_model(model_path, payload)  # the bytes whose sha256 the release bound
     metrics, info = evaluation.metrics, release.info_
     row = {**cell.model_dump(), "seed": seed, "device": str(dev), **metrics,
            **{k: info.get(k) for k in ("epochs", "epsilon_prv", "epsilon_rdp", "epsilon_pld", "noise_multiplier",

@@ -112,6 +112,7 @@ class LedgerEntry:
     epsilon_rdp: float | None = None
     epsilon_pld: float | None = None
     members: str | None = None    # the membership snapshot of the patients it used (None: every patient of the source)
+    sha256: str | None = None     # the sha256 of the file it released, where one was saved (a model's weights)
 
     def __post_init__(self):
         if self.mechanism not in MECHANISMS:

@@ -15,15 +15,22 @@ __all__ = ["add_release_parser", "add_predict_parser"]
 def add_release_parser(sub, common: argparse.ArgumentParser) -> None:
     release = sub.add_parser("release", help="a run's release bundle: what may leave the hospital")
     release_sub = release.add_subparsers(dest="release_command", required=True)
-    show = release_sub.add_parser("show", parents=[common], help="print the bundle's model card")
+    show = release_sub.add_parser("show", parents=[common], help="print the bundle's model card (rendered from its "
+                                  "verified, signed manifest) and the fingerprint of the key that signed it")
     show.add_argument("bundle", type=Path, help="a run's release/ folder, or a copy of it")
+    show.add_argument("--key-fingerprint", help="refuse a bundle not signed by the key with this fingerprint")
     show.set_defaults(func=release_show)
-    verify = release_sub.add_parser("verify", parents=[common], help="check every file's sha256, that every file "
-                                    "is accounted for, and the bundle's total (epsilon, delta): exit status 0 if "
-                                    "it holds, 1 with the problems")
+    verify = release_sub.add_parser("verify", parents=[common], help="check the manifest's signature, every file's "
+                                    "sha256, that every file is accounted for, that each model is the file its "
+                                    "release bound, that the card is the manifest's, and the bundle's total "
+                                    "(epsilon, delta): exit status 0 if it holds, 1 with the problems")
     verify.add_argument("bundle", type=Path)
-    verify.add_argument("--ledger", type=Path, help="also check each release against this privacy ledger (inside "
-                                                    "the hospital)")
+    verify.add_argument("--key-fingerprint", help="the hospital's signing key fingerprint (64 hex digits, received "
+                                                  "by another channel than the bundle): refuse a bundle another key "
+                                                  "signed")
+    verify.add_argument("--ledger", type=Path, help="also check each release and each model file's hash against this "
+                                                    "privacy ledger (inside the hospital), and the signature against "
+                                                    "the signing key beside it")
     verify.set_defaults(func=release_verify)
 
 
@@ -43,28 +50,41 @@ def _existing(path: Path, what: str) -> None:
         raise InputError(f"{what} {path} does not exist")
 
 
+def _pinned(args) -> str | None:
+    from privehr.io.bundle_signature import normalise_fingerprint
+
+    return normalise_fingerprint(args.key_fingerprint) if args.key_fingerprint is not None else None
+
+
 def release_show(args) -> int:
     from privehr.io.release_bundle import read_bundle, render_card  # deferred for start-up time (torch)
 
-    bundle = read_bundle(args.bundle)
-    emit(args, bundle.card, render_card(bundle.card))
+    bundle = read_bundle(args.bundle, _pinned(args))  # the card is the signed manifest's, never card.md's text
+    emit(args, {**bundle.card, "signed_by": bundle.signed_by},
+         render_card(bundle.card) + f"\nSigned by the key with fingerprint {bundle.signed_by}"
+         + ("" if args.key_fingerprint else " (not pinned: compare it with the one the hospital sent you)") + "\n")
     return 0
 
 
 def release_verify(args) -> int:
+    from privehr.io.bundle_signature import key_fingerprint
     from privehr.io.privacy_ledger import read_ledger
     from privehr.io.release_bundle import verify_bundle
 
     _existing(args.bundle, "release bundle")
+    pinned = _pinned(args)
     if args.ledger is not None:
         _existing(args.ledger, "privacy ledger")
-    report = verify_bundle(args.bundle, read_ledger(args.ledger) if args.ledger else None)
+        pinned = pinned or key_fingerprint(args.ledger)  # inside the hospital: its own key
+    report = verify_bundle(args.bundle, read_ledger(args.ledger) if args.ledger else None, pinned)
     total = report.get("total") or {}
+    key = (f"signed by the pinned key {pinned}" if pinned else f"signed by the key with fingerprint "
+           f"{report['signed_by']} (not pinned: pass --key-fingerprint with the one the hospital sent you)")
     text = (f"release bundle {args.bundle}: verified ({report['files']} files, {report['releases']} releases; "
             f"epsilon {total.get('epsilon_prv')} (PRV), {total.get('epsilon_rdp')} (RDP), {total.get('epsilon_pld')} "
-            f"(PLD) at delta {total.get('delta')})" if report["ok"] else
+            f"(PLD) at delta {total.get('delta')}); {key}" if report["ok"] else
             f"release bundle {args.bundle}: DOES NOT VERIFY\n" + "\n".join(f"  - {p}" for p in report["problems"]))
-    emit(args, report, text)
+    emit(args, {**report, "pinned": pinned}, text)
     return 0 if report["ok"] else 1
 
 

@@ -3,9 +3,16 @@
 A bundle (``artifacts/<run-id>/release/``) is a directory that may leave the hospital alone. ``manifest.json``
 lists every other file with its sha256 and the ledger releases it is made from (none for a public file), holds a
 copy of those releases' ledger entries (without the source's id, their times and their membership snapshots) and
-their total (epsilon, delta) by PRV, RDP and PLD. :func:`verify_bundle` checks the hashes, that every file is listed
-and every cited release is in the manifest, and recomposes the total from the listed entries; with the hospital's
-ledger it also checks that each entry is the ledger's own.
+their total (epsilon, delta) by PRV, RDP and PLD, and the model card's data: ``card.json`` and ``card.md`` are that data
+rendered, never a source. ``signature.json`` holds the hospital's Ed25519 signature of the manifest's exact bytes
+and its public key (:mod:`privehr.io.bundle_signature`). A model's release binds the sha256 of its file in the ledger
+(and so in the manifest's copy of the entry).
+
+:func:`verify_bundle` checks the signature (against a pinned key fingerprint when given), that the bundle holds
+plain files only, every one listed with its hash and of a kind a bundle holds, each model file against the hash its
+release bound, that card.json and card.md are the manifest's card rendered byte for byte and that the card's
+numbers are the manifest's (its total, its counts, its evaluations), and recomposes the total from the listed
+entries; with the hospital's ledger it also checks that each entry, file hash included, is the ledger's own.
 
 >>> sorted(BUNDLE_FILES)
 ['card.json', 'card.md', 'counts.json', 'evaluation.json', 'featurizer.json']
@@ -16,15 +23,19 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps
+from privehr.io.bundle_signature import SIGNATURE, signature_problems, signature_record
 from privehr.models.privacy.ledger import LedgerEntry, compose_entries
 
-__all__ = ["BUNDLE_FORMAT", "BUNDLE_FILES", "MANIFEST", "write_manifest", "verify_bundle", "read_bundle", "Bundle",
-           "render_card", "bundle_total"]
+__all__ = ["BUNDLE_FORMAT", "BUNDLE_FILES", "MANIFEST", "SIGNATURE", "write_manifest", "verify_bundle", "read_bundle",
+           "Bundle", "render_card", "card_json", "bundle_total"]
 
 BUNDLE_FORMAT = "privehr-release-bundle/1"
 MANIFEST = "manifest.json"
@@ -50,8 +61,24 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _listing(bundle: Path) -> tuple[set[str], set[str]]:
+    """The bundle's plain files and its links (to files or folders: never followed), as paths inside it, without
+    the manifest and its signature."""
+    files, links = set(), set()
+    for folder, dirs, names in os.walk(bundle):  # links to folders are listed, not entered
+        for name in dirs + names:
+            path = Path(folder, name)
+            inside = path.relative_to(bundle).as_posix()
+            if path.is_symlink():
+                links.add(inside)
+            elif path.is_file():
+                files.add(inside)
+    return files - {MANIFEST, SIGNATURE}, links
+
+
 def public_entry(entry: LedgerEntry) -> dict:
-    """A ledger entry as the bundle carries it: everything but the dataset's id, its time and its patients."""
+    """A ledger entry as the bundle carries it: everything but the dataset's id, its time and its patients (the
+    sha256 of the file it released is public)."""
     return {k: v for k, v in entry.as_dict().items() if k not in _PRIVATE_FIELDS}
 
 
@@ -63,19 +90,30 @@ def bundle_total(entries: list[dict], delta: float) -> dict:
             "epsilon_pld": total.epsilon_dp_pld, "not_dp": total.not_dp}
 
 
+def card_json(card: dict) -> str:
+    """``card.json``'s exact text for the manifest's card."""
+    return strict_dumps(card, indent=1)
+
+
 def write_manifest(bundle: Path, sources: dict[str, dict], entries: list[LedgerEntry], delta: float,
-                   header: dict) -> dict:
-    """Write ``manifest.json`` for the files of ``bundle`` described in ``sources`` (path -> {"source", "releases",
-    "about"}); refuse a file in the directory that is not described."""
-    present = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()} - {MANIFEST}
-    if present != set(sources):
-        raise RuntimeError(f"bundle files and their descriptions differ: {sorted(present ^ set(sources))}")
+                   header: dict, card: dict, key: Ed25519PrivateKey) -> dict:
+    """Write ``card.json`` and ``card.md`` (rendered from ``card``), ``manifest.json`` for the files of ``bundle``
+    described in ``sources`` (path -> {"source", "releases", "about"}; the card's two files among them) with the card
+    inside, and ``signature.json`` (``key``'s signature of the manifest's bytes); refuse a file in the directory that
+    is not described."""
+    (bundle / "card.json").write_text(card_json(card))
+    (bundle / "card.md").write_text(render_card(card))
+    present, links = _listing(bundle)
+    if present != set(sources) or links:
+        raise RuntimeError(f"bundle files and their descriptions differ: {sorted((present ^ set(sources)) | links)}")
     carried = sorted((public_entry(e) for e in entries), key=lambda e: e["release"])  # not the ledger's order
     files = {path: {"sha256": _sha256(bundle / path), **about}  # no sizes: a JSON file's length follows its digits
              for path, about in sorted(sources.items())}
     manifest = {"format": BUNDLE_FORMAT, **header, "delta": delta, "files": files, "releases": carried,
-                "total": bundle_total(carried, delta)}
-    (bundle / MANIFEST).write_text(strict_dumps(manifest, indent=1))
+                "total": bundle_total(carried, delta), "card": card}
+    text = strict_dumps(manifest, indent=1).encode()
+    (bundle / MANIFEST).write_bytes(text)
+    (bundle / SIGNATURE).write_text(strict_dumps(signature_record(key, text), indent=1))
     return manifest
 
 
@@ -85,51 +123,163 @@ def _close(a, b) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def verify_bundle(bundle: str | Path, ledger: list[LedgerEntry] | None = None) -> dict:
-    """Check a bundle alone (and against the hospital's ``ledger`` entries when given): {"ok", "problems", ...}.
-    Never raises on a bad bundle; a missing or unreadable manifest is one problem."""
-    bundle = Path(bundle)
-    problems: list[str] = []
-    try:
-        manifest = json.loads((bundle / MANIFEST).read_text())
-    except (OSError, ValueError) as err:
-        return {"bundle": str(bundle), "ok": False, "problems": [f"{MANIFEST} cannot be read ({type(err).__name__})"]}
-    files = manifest.get("files", {})
-    present = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()} - {MANIFEST}
-    problems += [f"{p}: in the bundle but not in the manifest (unaccounted)" for p in sorted(present - set(files))]
-    problems += [f"{p}: in the manifest but missing" for p in sorted(set(files) - present)]
-    problems += [f"{p}: sha256 differs from the manifest's" for p in sorted(set(files) & present)
-                 if _sha256(bundle / p) != files[p]["sha256"]]
+def _shape_problem(manifest) -> str | None:
+    """One line when ``manifest`` is not shaped like a bundle's manifest (checked before anything reads it)."""
+    if not isinstance(manifest, dict):
+        return f"{MANIFEST} is a JSON {type(manifest).__name__}, not an object: not a privehr bundle's manifest"
     if manifest.get("format") != BUNDLE_FORMAT:
-        problems.append(f"format {manifest.get('format')!r} is not {BUNDLE_FORMAT}")
-    cited = {r for about in files.values() for r in about.get("releases", [])}
-    listed = {e["release"]: e for e in manifest.get("releases", [])}
-    if len(listed) != len(manifest.get("releases", [])):
+        return f"{MANIFEST}: format {str(manifest.get('format'))[:40]!r} is not {BUNDLE_FORMAT}"
+    files, releases = manifest.get("files"), manifest.get("releases")
+    if not isinstance(files, dict) or not all(
+            isinstance(a, dict) and isinstance(a.get("sha256"), str) and isinstance(a.get("source"), str)
+            and isinstance(a.get("releases"), list) and all(isinstance(r, str) for r in a["releases"])
+            for a in files.values()):
+        return f"{MANIFEST}: its files are not an object of {{sha256, source, releases}} entries"
+    if not isinstance(releases, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("release"), str) and isinstance(e.get("mechanism"), str)
+            for e in releases):
+        return f"{MANIFEST}: its releases are not a list of ledger entries"
+    if not isinstance(manifest.get("total"), dict) or not isinstance(manifest.get("card"), dict):
+        return f"{MANIFEST}: it has no total or no card (a bundle written before cards were signed: write it again)"
+    return None
+
+
+def _read(path: Path):
+    """A bundle's JSON file, or None where it is missing or not JSON (its own problem is reported elsewhere)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def verify_bundle(bundle: str | Path, ledger: list[LedgerEntry] | None = None, pinned: str | None = None) -> dict:
+    """Check a bundle alone (and against the hospital's ``ledger`` entries, and the signing key whose fingerprint
+    is ``pinned``, when given): {"ok", "problems", "signed_by", ...}. Never raises on a bad bundle: every problem is
+    one line."""
+    bundle = Path(bundle)
+    failed = {"bundle": str(bundle), "ok": False, "signed_by": None, "files": 0, "releases": 0, "total": {}}
+    try:
+        text = (bundle / MANIFEST).read_bytes()
+        manifest = json.loads(text)
+    except (OSError, ValueError) as err:
+        return {**failed, "problems": [f"{MANIFEST} cannot be read ({type(err).__name__})"]}
+    shape = _shape_problem(manifest)
+    if shape is not None:
+        return {**failed, "problems": [shape]}
+    signed = _read(bundle / SIGNATURE)
+    problems = signature_problems(signed, text, pinned) if (bundle / SIGNATURE).is_file() and \
+        not (bundle / SIGNATURE).is_symlink() else [f"{SIGNATURE}: missing; the manifest is not signed"]
+    signer = signed.get("fingerprint") if not problems[:1] or "not by the pinned key" in problems[0] else None
+    files = manifest["files"]
+    present, links = _listing(bundle)
+    problems += [f"{p}: a symbolic link (a bundle holds plain files only; a link can point outside it)"
+                 for p in sorted(links)]
+    problems += [f"{p}: in the bundle but not in the manifest (unaccounted)" for p in sorted(present - set(files))]
+    problems += [f"{p}: in the manifest but missing" for p in sorted(set(files) - present - links)]
+    hashes = {p: _sha256(bundle / p) for p in sorted(set(files) & present)}
+    problems += [f"{p}: sha256 differs from the manifest's" for p, h in hashes.items() if h != files[p]["sha256"]]
+    listed = {e["release"]: e for e in manifest["releases"]}
+    stated = manifest["total"]
+    try:
+        problems += _release_problems(manifest, files, listed)
+        problems += _binding_problems(files, listed, hashes)
+        problems += _card_problems(bundle, manifest, files, listed)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        problems.append(f"{MANIFEST}: malformed ({type(err).__name__}: {str(err)[:80]})")
+    if ledger is not None:
+        own = {e.release: public_entry(e) for e in ledger}
+        problems += [f"release {r} is not in the ledger" for r in sorted(set(listed) - set(own))]
+        problems += [f"release {r} differs from the ledger's entry" for r in sorted(set(listed) & set(own))
+                     if own[r] != listed[r]]
+        problems += [f"{p}: its sha256 is not the one the ledger bound to release {r} (weights swapped or edited)"
+                     for p, h in hashes.items() if p.startswith("models/") for r in files[p]["releases"]
+                     if own.get(r, {}).get("sha256") not in (None, h)]
+    return {"bundle": str(bundle), "ok": not problems, "problems": problems, "signed_by": signer,
+            "files": len(files), "releases": len(listed), "total": stated}
+
+
+def _release_problems(manifest: dict, files: dict, listed: dict) -> list[str]:
+    """The releases the files cite, the sources' needs, and the total recomposed from the listed entries."""
+    problems = []
+    cited = {r for about in files.values() for r in about["releases"]}
+    if len(listed) != len(manifest["releases"]):
         problems.append("the manifest lists a release more than once")
     problems += _source_problems(files, listed, manifest.get("delta"))
     problems += [f"release {r} is cited by a file but not in the manifest" for r in sorted(cited - set(listed))]
     problems += [f"release {r} is in the manifest but no file comes from it" for r in sorted(set(listed) - cited)]
     problems += [f"release {r} is {e.get('status')}, not released" for r, e in listed.items()
                  if e.get("status") != "released"]
-    stated = manifest.get("total", {})
+    stated = manifest["total"]
     try:
         again = bundle_total(list(listed.values()), manifest["delta"])
         for key in ("epsilon_prv", "epsilon_rdp", "epsilon_pld", "delta", "dp"):
             if not _close(again[key], stated.get(key)):
                 problems.append(f"total {key}: the manifest says {stated.get(key)}, its releases compose to "
                                 f"{again[key]}")
-        if manifest.get("guarantee", "").startswith("DP end to end") and not (
+        if str(manifest.get("guarantee", "")).startswith("DP end to end") and not (
                 again["dp"] and all(f.get("source") in ("public", "dp", "derived") for f in files.values())):
             problems.append("the manifest says DP end to end, but its releases or its files' sources do not")
     except (KeyError, TypeError, ValueError) as err:
         problems.append(f"the manifest's releases cannot be composed ({err})")
-    if ledger is not None:
-        own = {e.release: public_entry(e) for e in ledger}
-        problems += [f"release {r} is not in the ledger" for r in sorted(set(listed) - set(own))]
-        problems += [f"release {r} differs from the ledger's entry" for r in sorted(set(listed) & set(own))
-                     if own[r] != listed[r]]
-    return {"bundle": str(bundle), "ok": not problems, "problems": problems, "files": len(files),
-            "releases": len(listed), "total": stated}
+    return problems
+
+
+def _binding_problems(files: dict, listed: dict, hashes: dict[str, str]) -> list[str]:
+    """Each model file is the one its release bound: the sha256 its ledger entry recorded (copied in the manifest)."""
+    problems = []
+    for path, actual in hashes.items():
+        if not path.startswith("models/"):
+            continue
+        bound = {listed[r].get("sha256") for r in files[path]["releases"] if r in listed} - {None}
+        if not bound:
+            problems.append(f"{path}: none of its releases binds a file hash (a bundle written before releases "
+                            "bound their files: write it again)")
+        elif bound != {actual}:
+            problems.append(f"{path}: its sha256 is not the one its release bound (weights swapped between models "
+                            "or edited)")
+    return problems
+
+
+def _card_problems(bundle: Path, manifest: dict, files: dict, listed: dict) -> list[str]:
+    """card.json and card.md are the manifest's card rendered; the card's numbers are the manifest's (its total and
+    guarantee, counts.json, evaluation.json); every file is one the card names or one every bundle holds."""
+    card, problems = manifest["card"], []
+    try:
+        rendered = {"card.json": card_json(card), "card.md": render_card(card)}
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        return [f"{MANIFEST}: its card cannot be rendered ({type(err).__name__}: {str(err)[:60]})"]
+    for name, text in rendered.items():
+        path = bundle / name
+        if name in files and path.is_file() and not path.is_symlink() and path.read_bytes() != text.encode():
+            problems.append(f"{name}: not the card the manifest holds, rendered (the card was rewritten)")
+    privacy, total = card["privacy"], manifest["total"]
+    for key in ("epsilon_prv", "epsilon_rdp", "epsilon_pld", "delta", "releases"):
+        if not _close(privacy.get(key), total.get(key)):
+            problems.append(f"the card's {key} {privacy.get(key)} is not the manifest's total {total.get(key)}")
+    if privacy.get("guarantee") != manifest.get("guarantee"):
+        problems.append("the card's guarantee is not the manifest's")
+    counts = _read(bundle / "counts.json") if "counts.json" in files else None
+    if card.get("counts") != counts:
+        problems.append("the card's counts are not counts.json's")
+    named = set(BUNDLE_FILES)
+    if card.get("kind") == "synthetic tables":
+        named |= {f for t in card["tables"] for f in t["files"]}
+        named_data = {f for t in card["tables"] for f in t["files"]}
+        problems += [f"{f}: a table the card names is not in the manifest" for f in sorted(named_data - set(files))]
+        problems += [f"{t['job']}: the card's release {t['release']} is not its files'" for t in card["tables"]
+                     for f in t["files"] if f in files and t["release"] not in files[f]["releases"]]
+    else:
+        evaluation = _read(bundle / "evaluation.json") or {}
+        for m in card["models"]:
+            named.add(m["file"])
+            mine = evaluation.get(m["cell_id"]) or {}
+            if m["file"] not in files or files[m["file"]]["releases"][:1] != [m["release"]]:
+                problems.append(f"{m['cell_id']}: the card's model file or release is not the manifest's")
+            if mine.get("metrics") != m["evaluation"] or mine.get("release") != m["evaluation_release"]:
+                problems.append(f"{m['cell_id']}: the card's evaluation is not evaluation.json's")
+    problems += [f"{p}: listed in the manifest, but not a file a bundle holds (not a model or table its card "
+                 "names, nor one of " + ", ".join(sorted(BUNDLE_FILES)) + ")" for p in sorted(set(files) - named)]
+    return problems
 
 
 def _tuning_problems(path: str, entries: list[dict]) -> list[str]:
@@ -181,33 +331,35 @@ def _source_problems(files: dict, listed: dict, delta) -> list[str]:
 
 @dataclass(frozen=True)
 class Bundle:
-    """A verified bundle, read back: what ``privehr predict`` needs and the card."""
+    """A verified bundle, read back: what ``privehr predict`` needs and the card (the signed manifest's own)."""
 
     path: Path
     manifest: dict
     card: dict
     featurizer: dict | None  # None: a bundle of synthetic tables
+    signed_by: str | None = None  # the fingerprint of the key that signed its manifest
 
     def models(self) -> dict[str, Path]:
         """Bundled model files by cell id."""
         return {Path(p).stem: self.path / p for p in self.manifest["files"] if p.startswith("models/")}
 
 
-def read_bundle(bundle: str | Path) -> Bundle:
-    """Read a bundle after verifying it; a bundle that does not verify is refused (its first problem named)."""
+def read_bundle(bundle: str | Path, pinned: str | None = None) -> Bundle:
+    """Read a bundle after verifying it (signed by the key whose fingerprint is ``pinned``, when given); a bundle that
+    does not verify is refused (its first problem named). The card is the manifest's, never card.json's text."""
     bundle = Path(bundle)
     if not bundle.is_dir():
         raise InputError(f"release bundle {bundle} is not a directory; give the release/ folder of a run (or a copy "
                          "of it)")
-    report = verify_bundle(bundle)
+    report = verify_bundle(bundle, pinned=pinned)
     if not report["ok"]:
         raise InputError(f"release bundle {bundle} does not verify: {report['problems'][0]}"
                          + (f" (and {len(report['problems']) - 1} more)" if len(report["problems"]) > 1 else "")
                          + ". Copy the bundle again from its run, or run `privehr release verify` for the list.")
     manifest = json.loads((bundle / MANIFEST).read_text())
     featurizer = bundle / "featurizer.json"  # a bundle of synthetic tables has none
-    return Bundle(bundle, manifest, json.loads((bundle / "card.json").read_text()),
-                  json.loads(featurizer.read_text()) if featurizer.exists() else None)
+    return Bundle(bundle, manifest, manifest["card"],
+                  json.loads(featurizer.read_text()) if featurizer.exists() else None, report["signed_by"])
 
 
 def _fmt(value, digits: int = 3) -> str:

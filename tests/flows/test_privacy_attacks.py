@@ -159,19 +159,19 @@ def test_a_crash_after_training_leaves_the_release_counted(tmp_path, small_extra
     import privehr.models.methods.dp_sgd
     import privehr.tasks.train
 
-    real_save = torch.save
+    real_write = privehr.tasks.train._write_model
 
-    def disk_full(obj, path, *args, **kwargs):
+    def disk_full(path, payload):
         if str(path).endswith("seed1.pt"):
             raise OSError("No space left on device")
-        return real_save(obj, path, *args, **kwargs)
+        return real_write(path, payload)
 
-    monkeypatch.setattr(privehr.tasks.train.torch, "save", disk_full)
+    monkeypatch.setattr(privehr.tasks.train, "_write_model", disk_full)
     with pytest.raises(OSError, match="No space left"):
         pipeline(_config(tmp_path, small_extract, "crash-saving"))
     (total,) = ledger_totals(tmp_path / "ledger.jsonl")
     assert total.releases == 2 and total.pending == 0  # both trained, both counted, though one was never saved
-    monkeypatch.setattr(privehr.tasks.train.torch, "save", real_save)
+    monkeypatch.setattr(privehr.tasks.train, "_write_model", real_write)
 
     real_train = privehr.models.methods.dp_sgd.train_dp_sgd
 
