@@ -72,12 +72,15 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
             cohort = build_cohort(str(data.hdf5_path), run_dir, **window, validation_report=report, mimic_spec=spec)
         with clock.stage("split"):
             manifest = split_cohort(cohort, config.split, run_dir)
-            # who takes part: a patient this run would take past their budget is left out (the run goes on)
-            manifest = leave_out_spent_patients(cohort, manifest, run_dir, config)
+            # who takes part: a patient whose budget the next releases would pass is left out (the run goes on)
+            manifest = leave_out_spent_patients(cohort, manifest, run_dir, config, "preprocessing")
             check_labels(manifest, config.labels)
         with clock.stage("record counts"):  # before any plan: every plan is built from them
             preprocessing = check_preprocessing_budget(run_dir, config)
             release_record_counts(run_dir, config, preprocessing.get(COUNTS_KEY))
+            # the grid planned on the released counts: who it would take past their budget is left out of it
+            manifest = leave_out_spent_patients(cohort, manifest, run_dir, config, "grid")
+            check_labels(manifest, config.labels)
         with clock.stage("features"):
             features = build_features(cohort, manifest, run_dir, config.release.featurizer, config.privacy,
                                       preprocessing.get(STATISTICS_KEY))

@@ -76,6 +76,8 @@ def _dataset(config: AuditConfig) -> str:
     if config.privacy.dataset_id:
         return config.privacy.dataset_id
     run = PipelineConfig.model_validate_json(RunLayout(config.run_dir).config.read_text())
+    if run.privacy.dataset_id:  # the audited run's source: the audit is charged where its releases were
+        return run.privacy.dataset_id
     if not Path(run.data.hdf5_path).exists():
         raise InputError(f"the audited run's input {run.data.hdf5_path} is not here, so its dataset cannot be "
                          "identified for the privacy ledger; pass it, or set privacy.dataset_id")

@@ -4,6 +4,7 @@ applied to every split."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +111,11 @@ def build_features(cohort_path: str, manifest_path: str, run_dir: str, source: F
     return str(out_dir)
 
 
+# numpy parses each array's header with ast.literal_eval, and CPython 3.11's AST constructor is not safe across
+# threads (gh-106905: "AST constructor recursion depth mismatch"): the grid's fits run as threads and load at once
+_LOADING = threading.Lock()
+
+
 def load_split(features_dir: str, split: str) -> dict[str, np.ndarray]:
-    with np.load(Path(features_dir) / f"features_{split}.npz") as npz:
+    with _LOADING, np.load(Path(features_dir) / f"features_{split}.npz") as npz:
         return {k: npz[k] for k in npz.files}

@@ -69,16 +69,16 @@ def source_id(dataset_id: str | None, path) -> str:
     >>> source_id("mimic-nightly", "x.h5"), source_id(None, "/data/x.h5")
     ('mimic-nightly', 'path:/data/x.h5')
     """
-    return dataset_id or f"path:{Path(path).resolve()}"
+    return dataset_id or f"path:{Path(path).absolute()}"  # not resolve(): a DVC symlink's target changes nightly
 
 
 def pipeline_dataset_id(config: PipelineConfig) -> str:
-    """The pipeline's source: ``privacy.dataset_id``, else the MIMIC-Extract file's resolved path."""
+    """The pipeline's source: ``privacy.dataset_id``, else the MIMIC-Extract file's absolute path."""
     return source_id(config.privacy.dataset_id, config.data.hdf5_path)
 
 
 def synthesis_dataset_id(run_dir: str, config: SynthesisConfig) -> str:
-    """The EHR table's source: ``privacy.dataset_id``, else the table's resolved path."""
+    """The EHR table's source: ``privacy.dataset_id``, else the table's absolute path."""
     return source_id(config.privacy.dataset_id, config.path)
 
 
@@ -92,8 +92,12 @@ def run_members(run_dir: str, config: PipelineConfig) -> str | None:
     return Ledger(config.privacy.ledger_path).write_members([s for part in subjects.values() for s in part])
 
 
-def synthesis_members(run_dir: str, config: SynthesisConfig) -> str:
-    """The EHR table's patients (its kept records, both parts) as a membership snapshot in the config's ledger."""
+def synthesis_members(run_dir: str, config: SynthesisConfig) -> str | None:
+    """The EHR table's patients (its kept records, both parts) as a membership snapshot in the config's ledger; None
+    where the spec names no id column: patients are then named by their row, which another delivery shifts, so the
+    releases are charged to every patient of the source instead."""
+    if load_ehr_spec(config.spec).id_column is None:
+        return None
     train, test, _ = imputed_tables(run_dir, 0)
     return Ledger(config.privacy.ledger_path).write_members([*train.index, *test.index])
 

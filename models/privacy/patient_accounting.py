@@ -11,8 +11,9 @@ The binding composition is a **Renyi filter per patient** (Feldman and Zrnic, "I
 Renyi Filter", NeurIPS 2021): releases are chosen adaptively (tomorrow's grid depends on today's results), and a
 patient's RDP, summed order by order over the releases that used them, stays a valid bound when the mechanisms, their
 parameters and who takes part are chosen adaptively, as long as a patient whose next release would exceed the
-budget is left out of it. Dropping such a patient is what the filter prescribes, not a loophole: it depends only on
-their own past spend. The (epsilon, delta) conversion takes the minimum over orders as
+budget is left out of it. Dropping such a patient is what the filter prescribes, not a loophole, provided the decision
+rests on their own past spend and on public plans (``tasks/patient_budget.py`` plans on the released noisy counts,
+never on the exact number of patients, which one patient's presence would move). The (epsilon, delta) conversion takes the minimum over orders as
 :func:`privehr.models.privacy.accounting.rdp_epsilon` does (Lecuyer 2021 for a filter over several orders), so a
 patient in every release of a source has exactly the source's filter total (tested to 1e-9).
 

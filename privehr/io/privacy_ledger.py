@@ -56,7 +56,8 @@ accounting_cache.install()  # calibrations and compositions outlive the process 
 
 __all__ = ["Ledger", "read_ledger", "ledger_totals", "dataset_delta", "reserve", "record_release", "release_id",
            "BudgetExceeded", "short_dataset", "LedgerTampered", "LedgerUnreadable", "ChainState", "verify_ledger",
-           "migrate_ledger", "source_patients", "PatientVerdict", "VIEW_MAX_DISTINCT"]
+           "migrate_ledger", "source_patients", "PatientVerdict", "VIEW_MAX_DISTINCT", "source_entries",
+           "LEGACY_PREFIX"]
 
 
 class BudgetExceeded(InputError):
@@ -268,7 +269,11 @@ class Ledger:
                     if stat.st_mode & 0o077:
                         raise InputError(f"the privacy ledger's {path} has mode {stat.st_mode & 0o777:04o}, not "
                                          f"owner-only; nothing was read or trained. Run `chmod 600 {path}`.")
-                    hashes = snapshot_from_bytes(path.read_bytes())
+                    raw = path.read_bytes()
+                    if len(raw) % 8:
+                        raise LedgerTampered(self.path, None, f"membership snapshot {sid[:12]} is cut (not whole "
+                                                              "8-byte hashes)")
+                    hashes = snapshot_from_bytes(raw)
                     if key is None or not hmac.compare_digest(snapshot_id(hashes, key), sid):
                         raise LedgerTampered(self.path, None, f"membership snapshot {sid[:12]} does not match its id "
                                                               "(edited or swapped)")
@@ -575,9 +580,10 @@ def source_patients(ledger: Ledger, entries: list[LedgerEntry], delta: float, bu
                     fresh: bool = False, accountants: bool = True, max_distinct: int | None = None) -> dict | None:
     """One source's spend per patient (None where no release cites a snapshot); ``accountants``: the most spent
     patient by PRV and PLD too."""
-    cited = {e.members for e in effective_entries(entries) if e.members}
-    if not cited:
+    if not {e.members for e in effective_entries(entries) if e.members}:
         return None
+    entries = effective_entries(entries)  # a voided reservation's snapshot is neither needed nor loaded
+    cited = {e.members for e in entries if e.members}
     snapshots = ledger.members(cited)
     spend = patient_spend(entries, snapshots, delta, fresh=fresh)
     summary = spend.summary(budget_epsilon)
@@ -588,6 +594,18 @@ def source_patients(ledger: Ledger, entries: list[LedgerEntry], delta: float, bu
                                    "epsilon_pld": worst.epsilon_dp_pld, "dp": worst.dp}}
     summary["snapshots"] = len(cited)
     return summary
+
+
+LEGACY_PREFIX = "subjects-hmac:"  # the default dataset ids of ledgers written before sources (a keyed subject-set hash)
+
+
+def source_entries(entries: list[LedgerEntry], dataset: str) -> list[LedgerEntry]:
+    """What a source's budget composes: its own entries, and every entry under an older default id (a keyed hash of a
+    delivery's subject set, which no source can be matched to any more) charged to every patient of every source:
+    an overstatement where they were another source's, never a budget reset by the upgrade."""
+    return [e if e.dataset == dataset else LedgerEntry(**{**e.as_dict(), "dataset": dataset, "members": None})
+            for e in entries if e.dataset == dataset or (e.dataset.startswith(LEGACY_PREFIX)
+                                                          and not dataset.startswith(LEGACY_PREFIX))]
 
 
 def reserve(ledger: Ledger, dataset: str, run_id: str, planned: dict[str, LedgerEntry],
@@ -619,12 +637,13 @@ def reserve(ledger: Ledger, dataset: str, run_id: str, planned: dict[str, Ledger
                                             "status": "reserved", "run_id": run_id, "created_utc": _now(),
                                             "members": members})
                         for key, e in planned.items()}
+        counted = source_entries(tx.entries, dataset) + voids  # older default ids charged too (source_entries)
         if members is None:
-            verdict = check_budget(mine + voids, list(reservations.values()), budget_epsilon, delta)
+            verdict = check_budget(counted, list(reservations.values()), budget_epsilon, delta)
         else:
-            snapshots = ledger.members({e.members for e in mine if e.members} | {members})
-            verdict = check_patient_budget(mine + voids, list(reservations.values()), snapshots, snapshots[members],
-                                           budget_epsilon, delta)
+            snapshots = ledger.members({e.members for e in effective_entries(counted) if e.members} | {members})
+            verdict = check_patient_budget(effective_entries(counted), list(reservations.values()), snapshots,
+                                           snapshots[members], budget_epsilon, delta)
         if verdict.refused:
             raise BudgetExceeded(
                 f"privacy budget exceeded for dataset {short_dataset(dataset)}: {verdict.reason}. This run planned "

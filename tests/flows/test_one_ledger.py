@@ -76,6 +76,9 @@ def test_two_pipeline_runs_with_ehr_synthesis_record_into_one_project_ledger(tmp
         synthesis = [e for e in read_ledger(ledger) if "/synthesis#" in e.run_id]
         assert synthesis, "the EHR table's releases are in the project's ledger"
         (table,) = {e.dataset for e in synthesis}  # one dataset: the EHR table, in both runs
+        # the demo table's spec names no id column: its patients are rows, which a delivery shifts, so its releases
+        # are charged to every patient of the table (no membership snapshot)
+        assert {e.members for e in synthesis} == {None}
         spent.append(compose_entries([e for e in read_ledger(ledger) if e.dataset == table]))
     assert spent[1].releases == 2 * spent[0].releases and spent[1].epsilon_dp > spent[0].epsilon_dp * 1.2
     for bundle in bundles:
@@ -84,7 +87,8 @@ def test_two_pipeline_runs_with_ehr_synthesis_record_into_one_project_ledger(tmp
     assert not stray, stray
     assert sorted(p.name for p in _ledger_like(artifacts)) == ["privacy_ledger.jsonl", "privacy_ledger.jsonl.head",
                                                                "privacy_ledger.jsonl.key",
-                                                               "privacy_ledger.jsonl.members"]  # beside it, not in a run
+                                                               "privacy_ledger.jsonl.members",
+                                                               "privacy_ledger.jsonl.signing-key"]  # beside it
 
 
 if __name__ == "__main__":

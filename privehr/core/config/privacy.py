@@ -38,7 +38,7 @@ class PrivacyConfig(_Strict):
                            "OS entropy and are never stored")
     dataset_id: str | None = Field(
         None, pattern=r"^[A-Za-z0-9._:-]+$", description="the source's identity in the ledger, assigned by the data "
-        "steward; default: the input's resolved path. Budgets are per patient of the source (membership snapshots), "
+        "steward; default: the input's absolute path. Budgets are per patient of the source (membership snapshots), "
         "so a delivery with new admissions is the same source")
 
     epsilon_ceiling: PositiveFloat = Field(

@@ -181,3 +181,29 @@ def test_a_runs_plan_added_to_the_composed_past_equals_composing_everything_agai
     assert np.allclose(added.epsilon, whole.epsilon, rtol=1e-12, atol=0)
     half = patient_curves(entries, snapshots, 1e-5, patients=patients).select(np.arange(len(patients)) % 2 == 0)
     assert np.array_equal(half.spend().epsilon, patient_spend(entries, snapshots, 1e-5, patients=patients[::2]).epsilon)
+
+
+def test_entries_under_an_older_default_id_count_for_every_source_and_a_cut_or_voided_snapshot_is_handled(tmp_path):
+    from privehr.io.privacy_ledger import source_entries
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    old = "subjects-hmac:" + "ab" * 32  # a delivery's id before sources existed
+    reserve(ledger, old, "old-run", {"fit": _plan()}, None, 1e-5, False, "grid release(s)")
+    (before,) = ledger_totals(ledger.path)
+    counted = source_entries(ledger.read(), "path:/data/x.h5")
+    assert [(e.dataset, e.members) for e in counted] == [("path:/data/x.h5", None)]  # charged to everyone there
+    sid = ledger.write_members(range(10))
+    with pytest.raises(InputError, match="would pass it"):  # the upgrade resets no budget
+        reserve(ledger, "path:/data/x.h5", "new-run", {"fit": _plan()}, before.epsilon_dp_rdp * 1.1, 1e-5, False,
+                "grid release(s)", members=sid)
+    # a reservation whose snapshot is gone, settled by a void (a resumed run): the view does not need it
+    gone = ledger.write_members(range(5, 8))
+    ids, _, _ = reserve(ledger, "path:/data/x.h5", "r", {"fit": _plan()}, None, 1e-5, False, "x", members=gone)
+    reserve(ledger, "path:/data/x.h5", "r", {"fit": _plan()}, None, 1e-5, True, "x", members=sid)  # voids it
+    (ledger.members_dir / f"{gone}.u64").unlink()
+    (source,) = [t for t in ledger_totals(ledger.path) if t.dataset == "path:/data/x.h5"]
+    assert source.patients["patients"] == 10
+    path = ledger.members_dir / f"{sid}.u64"
+    path.write_bytes(path.read_bytes()[:-3])  # cut mid-hash
+    with pytest.raises(LedgerTampered, match="is cut"):
+        ledger_totals(ledger.path)
