@@ -28,13 +28,15 @@ import math
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from ledger_speed import cpu  # noqa: E402  (process CPU seconds of one call)
 
 SIGMAS = (6.0, 8.0)
 PER_NIGHT = {"fits": 24, "evaluations": 2}
@@ -53,12 +55,6 @@ def night_plan(n: int):
     return fits + evaluations + [LedgerEntry("", "", "dp", 0.005, what="record counts")]
 
 
-def cpu(fn):
-    start = time.process_time()
-    value = fn()
-    return value, time.process_time() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nights", type=int, default=365)
@@ -69,9 +65,13 @@ def main() -> None:
     parser.add_argument("--checkpoint", type=int, default=30, help="time the view every N nights")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--figure", type=Path)
+    parser.add_argument("--plot", type=Path, help="only draw --figure from this JSON")
     parser.add_argument("--measure", type=Path, help="only measure the view and the recomposition on the ledger a "
                         "year's run left in this folder")
     args = parser.parse_args()
+    if args.plot:
+        plot(json.loads(args.plot.read_text()), args.figure)
+        return
     if args.measure:
         os.environ["PRIVEHR_CACHE_DIR"] = str(args.measure / "cache")
         print(json.dumps(measure(args.measure, args.budget), indent=1))
@@ -234,7 +234,6 @@ def summarise(args, ledger, next_id, nights, views, first_reached, complete: boo
 
 
 def report(args, result: dict, tracked: dict, final: bool) -> None:
-    nights = result["per_night"]
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -242,26 +241,33 @@ def report(args, result: dict, tracked: dict, final: bool) -> None:
     if not final:
         return
     print(text)
-    figure = args.figure
-    if figure:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    if args.figure:
+        plot(result, args.figure)
 
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-        x = [n["night"] for n in nights if "spend" in n]
-        for key_ in ("median", "p99", "max"):
-            top.plot(x, [n["spend"][key_] for n in nights if "spend" in n], label=f"{key_} patient")
-        for name in tracked:
-            top.plot(x, [n["tracked_mean_spend"][name] for n in nights if "spend" in n], "--", label=name)
-        top.axhline(args.budget, color="k", lw=0.8)
-        top.set_ylabel("epsilon spent (Renyi filter)")
-        top.legend(fontsize=7)
-        bottom.plot([n["night"] for n in nights], [n["left_out"] for n in nights])
-        bottom.set_ylabel("patients left out")
-        bottom.set_xlabel("night")
-        fig.tight_layout()
-        fig.savefig(figure, dpi=100)
+
+def plot(result: dict, figure: Path) -> None:
+    """Spend per patient over the nights (median, 99th percentile, maximum, and the mean of two tracked groups) and
+    the patients left out each night."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nights = result["per_night"]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    spent = [n for n in nights if "spend" in n]
+    x = [n["night"] for n in spent]
+    for key in ("median", "p99", "max"):
+        top.plot(x, [n["spend"][key] for n in spent], label=f"{key} patient")
+    for name in dict.fromkeys(k for n in spent for k in n["tracked_mean_spend"]):
+        top.plot(x, [n["tracked_mean_spend"].get(name, np.nan) for n in spent], "--", label=f"mean, {name}")
+    top.axhline(result["budget_epsilon"], color="k", lw=0.8)
+    top.set_ylabel("epsilon spent (Renyi filter)")
+    top.legend(fontsize=7)
+    bottom.plot([n["night"] for n in nights], [n["left_out"] for n in nights])
+    bottom.set_ylabel("patients left out")
+    bottom.set_xlabel("night")
+    fig.tight_layout()
+    fig.savefig(figure, dpi=100)
 
 
 if __name__ == "__main__":

@@ -90,6 +90,9 @@ def dataset_id_of(subject_ids: Iterable, key: bytes) -> str:
     return "subjects-hmac:" + hmac.new(key, "\n".join(ids).encode(), hashlib.sha256).hexdigest()
 
 
+_FIELDS: dict[type, frozenset] = {}  # a ledger's every line is read through from_dict: its field names, once
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
     """One line of the ledger (see the module docstring for statuses and guarantees)."""
@@ -135,7 +138,7 @@ class LedgerEntry:
 
     @classmethod
     def from_dict(cls, raw: dict) -> "LedgerEntry":
-        known = {f.name for f in fields(cls)}
+        known = _FIELDS.get(cls) or _FIELDS.setdefault(cls, frozenset(f.name for f in fields(cls)))
         return cls(**{k: v for k, v in raw.items() if k in known})
 
     def as_dict(self) -> dict:

@@ -81,13 +81,17 @@ def privacy_ledger(args) -> int:
                   "adaptively night after night; PRV and PLD assume a sequence fixed in advance)"]
         if t.patients:
             p = t.patients
-            reached = "" if budget is None else f"; {p['reached_budget']} reached the budget {budget:g}"
+            reached = "" if budget is None else (f"; {p['reached_budget']} reached the budget {budget:g}, "
+                                                 f"{p['within_1pc_of_budget']} are within 1 % of it")
             worst = p.get("most_spent", {})
             lines += [f"    per patient ({p['patients']} patient(s), {p['snapshots']} membership snapshot(s)), by the "
                       f"Renyi filter: median {fmt(p['median'])}, 99th percentile {fmt(p['p99'])}, maximum "
                       f"{fmt(p['max'])}{reached}" + (f"; {p['not_dp']} not DP" if p["not_dp"] else ""),
                       f"    the most spent patient by PRV {fmt(worst.get('epsilon_prv'))}, PLD "
-                      f"{fmt(worst.get('epsilon_pld'))} (the totals above count every release for every patient)"]
+                      f"{fmt(worst.get('epsilon_pld'))}"
+                      + (" (not composed beyond the view's limit; --all-accountants)" if worst.get("epsilon_pld")
+                         is None and not args.all_accountants else "")
+                      + " (the totals above count every release for every patient)"]
         if t.unproven_epsilon_tilde:
             lines.append(f"    ExpM+NF releases (no proven guarantee; epsilon~ {t.unproven_epsilon_tilde})")
     emit(args, payload, "\n".join(lines))

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 from pathlib import Path
 
 from privehr.models.privacy.accounting import use_store_factory
@@ -46,6 +47,7 @@ class AccountingCache:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self._local = threading.local()  # one connection per thread and process: a view reads hundreds of curves
 
     @classmethod
     def open(cls, folder: Path) -> "AccountingCache | None":
@@ -60,19 +62,22 @@ class AccountingCache:
                              "its folder)", path)
                 return None
             cache = cls(path)
-            with cache._connect() as db:
-                db.execute("CREATE TABLE IF NOT EXISTS kept (kind TEXT, key TEXT, value TEXT, PRIMARY KEY (kind, key))")
+            cache._connect().execute("CREATE TABLE IF NOT EXISTS kept (kind TEXT, key TEXT, value TEXT, "
+                                     "PRIMARY KEY (kind, key))")
             return cache
         except (OSError, sqlite3.Error):
             return None
 
     def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        """This thread's connection (autocommit), opened anew in a forked process."""
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():
+            local.db, local.pid = sqlite3.connect(self.path, timeout=60, isolation_level=None), os.getpid()
+        return local.db
 
     def get(self, kind: str, key: str) -> dict | None:
         try:
-            with self._connect() as db:
-                row = db.execute("SELECT value FROM kept WHERE kind = ? AND key = ?", (kind, key)).fetchone()
+            row = self._connect().execute("SELECT value FROM kept WHERE kind = ? AND key = ?", (kind, key)).fetchone()
         except sqlite3.Error:
             return None
         try:
@@ -82,8 +87,7 @@ class AccountingCache:
 
     def put(self, kind: str, key: str, value: dict) -> None:
         try:
-            with self._connect() as db:
-                db.execute("INSERT OR REPLACE INTO kept VALUES (?, ?, ?)", (kind, key, json.dumps(value)))
+            self._connect().execute("INSERT OR REPLACE INTO kept VALUES (?, ?, ?)", (kind, key, json.dumps(value)))
         except sqlite3.Error:  # a full disk or a locked file costs the next process a calibration, nothing else
             pass
 
