@@ -112,14 +112,15 @@ def _records(run_dir: str | Path, device: torch.device) -> torch.Tensor:
 
 def inference_dataset_id(config: InferenceConfig, n: int) -> str:
     """The steward's ``privacy.dataset_id``, else the keyed hash of the delivered file's bytes (or of the
-    simulation's identity)."""
+    simulation's identity), as ``records-hmac:<hex>`` (the ledger reads ``subjects-hmac:`` ids as an older
+    privehr's defaults, charged to every source)."""
     if config.privacy.dataset_id:
         return config.privacy.dataset_id
     if config.data_path is not None:
         identity = hashlib.sha256(Path(config.data_path).read_bytes()).hexdigest()
     else:
         identity = f"simulated/{config.model}/{config.data_seed}/{n}"
-    return dataset_id_of([identity], Ledger(config.privacy.ledger_path).key())
+    return "records-hmac:" + dataset_id_of([identity], Ledger(config.privacy.ledger_path).key()).partition(":")[2]
 
 
 def vi_hyperparameters(vi: VIConfig, n: int, temperature: float = 1.0, seed: int = 0) -> VIHyperparameters:
