@@ -9,7 +9,8 @@ The flow only wires tasks; each task reads and writes files in ``artifacts/<run-
 paths on, so no patient-level value enters Prefect's database or result storage. The ledger is proven
 writable before the input is read, and the run holds its directory's lock throughout. Training fans out:
 one search task run per grid cell (label x model x method x loss x epsilon) and one fit task run per
-cell and seed. On a CUDA device those runs carry the ``gpu`` tag, which a concurrency limit caps
+cell and seed, or, where a method batches (DP-SGD; ``training.batched``, on CUDA by default), one per cell family
+(label x model x method x loss: its epsilons x seeds), trained as one batched model. On a CUDA device those runs carry the ``gpu`` tag, which a concurrency limit caps
 (``prefect concurrency-limit create gpu 1``).
 """
 
@@ -37,10 +38,10 @@ from privehr.tasks.run_directory import create_run_directory, run_lock
 from privehr.tasks.split import check_labels, split_cohort
 from privehr.tasks.stage_timing import StageClock
 from privehr.tasks.static_imputation import impute_static_table
-from privehr.tasks.train import fit_and_evaluate, fit_key, search_hyperparameters, search_score_key, trial_key
+from privehr.tasks.train import batching, fit_group, fit_key, search_hyperparameters, search_score_key, trial_key
 from privehr.tasks.validate import validate_delivery
 from privehr.tasks.versioning import pull_inputs, version_run
-from privehr.models.methods import grid, seeds_of
+from privehr.models.methods import fit_groups, grid, seeds_of
 from privehr.io.permissions import private_run
 
 __all__ = ["pipeline", "on_dask"]
@@ -94,22 +95,28 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
         cells = grid(training, config.labels)
         with clock.stage("budget check"):
             reservations = check_privacy_budget(run_dir, cells, config)  # every release reserved, or the run stops
-        tags = ["gpu"] if resolve_device(config.device).type == "cuda" else []
-        search, fit = search_hyperparameters.with_options(tags=tags), fit_and_evaluate.with_options(tags=tags)
+        device = resolve_device(config.device)
+        tags = ["gpu"] if device.type == "cuda" else []
+        search, fit = search_hyperparameters.with_options(tags=tags), fit_group.with_options(tags=tags)
         start = time.perf_counter()
         chosen = [search.submit(features, cell, training, config.privacy, run_dir,
                                 {k: v for k, v in reservations.items()
                                  if k.startswith((trial_key(cell, ""), search_score_key(cell, "")))},
                                 config.device, config.release.evaluation_bins) for cell in cells]
-        runs = [fit.submit(features, cell, chosen[i], seed, training, config.privacy, run_dir,
-                           reservations.get(fit_key(cell, seed)), config.device)
-                for i, cell in enumerate(cells) for seed in range(seeds_of(cell, training))]
+        # a cell family's fits train as one batched model where its method batches (training.batched)
+        groups = fit_groups(cells, training, batching(training, device))
+        runs = [fit.submit(features, [cells[i] for i, _ in group], [chosen[i] for i, _ in group],
+                           [seed for _, seed in group], training, config.privacy, run_dir,
+                           [reservations.get(fit_key(cells[i], seed)) for i, seed in group], config.device)
+                for group in groups]
         wait(chosen)
         searched = time.perf_counter()
         clock.add("search", searched - start)  # the fits of early cells overlap it
         wait(runs)  # a failed fit leaves the others to finish (and enter the ledger) before the run stops
         clock.add("fit (after the last search)", time.perf_counter() - searched)
-        rows = [r.result() for r in runs]
+        # rows in the grid's order, whatever the groups
+        done = {fit: row for group, r in zip(groups, runs) for fit, row in zip(group, r.result())}
+        rows = [done[(i, seed)] for i, cell in enumerate(cells) for seed in range(seeds_of(cell, training))]
         bundle = None
         if config.release.bundle:  # before the report, whose first screen is the bundle's card
             with clock.stage("release bundle"):

@@ -71,7 +71,7 @@ from privehr.tasks.progress import progress_artifact
 from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
 
-__all__ = ["search_hyperparameters", "fit_and_evaluate", "search_configurations", "saved_search", "saved_fit",
+__all__ = ["search_hyperparameters", "fit_and_evaluate", "fit_group", "batching", "search_configurations", "saved_search", "saved_fit",
            "fit_key", "trial_key", "search_score_key", "SCORE_RESAMPLES"]
 
 #: interval resamples of a trial's DP dev score: the search reads the point estimate alone (1 is the least
@@ -273,6 +273,11 @@ def search_hyperparameters(features_dir: str, cell: Cell, training: TrainingConf
     return chosen
 
 
+def batching(training: TrainingConfig, device: torch.device) -> bool:
+    """Whether a method that can batch a cell family's fits does (``training.batched``; auto: on CUDA only)."""
+    return training.batched == "on" or (training.batched == "auto" and device.type == "cuda")
+
+
 @task(name="fit-and-evaluate")
 def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed: int, training: TrainingConfig,
                      privacy: PrivacyConfig, run_dir: str, reserved: Reserved | None, device: str = "auto") -> dict:
@@ -282,36 +287,91 @@ def fit_and_evaluate(features_dir: str, cell: Cell, hyperparameters: dict, seed:
     soon as it is trained; the row is saved next to the model, and a resumed run returns it instead of training
     again (an unfinished fit is retrained with fresh noise, as a new release under a new reservation).
     """
+    return fit_group.fn(features_dir, [cell], [hyperparameters], [seed], training, privacy, run_dir, [reserved],
+                        device)[0]
+
+
+@task(name="fit-group")
+def fit_group(features_dir: str, cells: list[Cell], hyperparameters: list[dict], seeds: list[int],
+              training: TrainingConfig, privacy: PrivacyConfig, run_dir: str, reserved: list[Reserved | None],
+              device: str = "auto") -> list[dict]:
+    """Fit a group of one cell family's final fits (one label, model, method and loss; member k is ``cells[k]``
+    with ``hyperparameters[k]`` and ``seeds[k]``) on train+dev, as one batched model where the method batches
+    (:meth:`~privehr.models.methods.TrainingMethod.fit_many`), and evaluate each on test; return their rows in order.
+
+    Nothing about a release depends on its group: each trains by its own reserved plan with its own noise, enters
+    the ledger under its own reservation as soon as the group is trained (before any model file is written), and
+    has its own model file and row. A member an earlier attempt of this run finished is not trained again (its row
+    is returned); the others are retrained with fresh noise, each a new release under a new reservation.
+    """
+    if not (len(cells) == len(hyperparameters) == len(seeds) == len(reserved)):
+        raise ValueError("a fit group needs one cell, configuration, seed and reservation per member")
     run = RunLayout(run_dir)
     run.models.mkdir(exist_ok=True)
-    key = _result_key(run_dir, cell.model_dump(), hyperparameters, seed, training.model_dump())
-    result_path = _fit_path(run_dir, cell, seed)
-    if (saved := _reuse(result_path, key)) is not None:
-        run_logger().info("fit %s seed %d: reused the result of an earlier attempt", cell.cell_id, seed)
-        return FitRow.model_validate(saved).model_dump(exclude_unset=True)
+    keys = [_result_key(run_dir, c.model_dump(), hp, s, training.model_dump())
+            for c, hp, s in zip(cells, hyperparameters, seeds)]
+    rows: list[dict | None] = [None] * len(cells)
+    todo = []
+    for k, (cell, seed) in enumerate(zip(cells, seeds)):
+        if (saved := _reuse(_fit_path(run_dir, cell, seed), keys[k])) is not None:
+            run_logger().info("fit %s seed %d: reused the result of an earlier attempt", cell.cell_id, seed)
+            rows[k] = FitRow.model_validate(saved).model_dump(exclude_unset=True)
+        elif reserved[k] is None:
+            raise RuntimeError(f"{cell.cell_id} seed {seed}: no reservation from the budget check")
+        else:
+            todo.append(k)
+    if not todo:
+        return rows
     share_cores()
     start = time.perf_counter()
     dev = resolve_device(device)
-    if reserved is None:
-        raise RuntimeError(f"{cell.cell_id} seed {seed}: no reservation from the budget check")
-    data = _data(features_dir, ["train", "dev"], cell, dev)
-    test = _data(features_dir, ["test"], cell, dev)
-    method = _method(cell, training, privacy)
-    release, payload = _fit(method, FitSpec(cell, hyperparameters, seed), data, reserved, privacy, saved=True)
+    data = _data(features_dir, ["train", "dev"], cells[todo[0]], dev)
+    test = _data(features_dir, ["test"], cells[todo[0]], dev)
+    method = _method(cells[todo[0]], training, privacy)
+    specs = [FitSpec(cells[k], hyperparameters[k], seeds[k]) for k in todo]
+    noises = [NoiseSource.for_release(privacy.reproducible_noise, s.cell.cell_id, s.what, s.seed) for s in specs]
+    plans = [reserved[k].plan for k in todo]
+    together = len(todo) > 1 and method.batches and batching(training, dev)
+    releases = method.fit_many(specs, data, plans, noises) if together else \
+        [method.fit(spec, data, plan, noise) for spec, plan, noise in zip(specs, plans, noises)]
+    payloads = []
+    for k, spec, release in zip(todo, specs, releases):  # every release into the ledger before any file is written
+        payload = _model_file(release, spec, data)
+        entry = replace(release.entry, sha256=hashlib.sha256(payload).hexdigest())
+        release.ledger_id = record_release(privacy.ledger_path, reserved[k].reservation, entry).release
+        payloads.append(payload)
+    seconds = (time.perf_counter() - start) / len(todo)
+    if len(todo) > 1:
+        run_logger().info("fit group %s/%s/%s/%s: %d releases trained %s", spec.cell.label, spec.cell.model,
+                          spec.cell.method, spec.cell.loss, len(todo),
+                          "as one batched model" if together else "one after another")
+    for k, spec, release, payload in zip(todo, specs, releases, payloads):
+        rows[k] = _finish_fit(run, spec, release, payload, method, test, keys[k], str(dev), seconds, privacy,
+                              time.perf_counter())
+    return rows
+
+
+def _finish_fit(run: RunLayout, spec: FitSpec, release: Release, payload: bytes, method: TrainingMethod,
+                test: CellData, key: str, device: str, train_seconds: float, privacy: PrivacyConfig,
+                start: float) -> dict:
+    """Evaluate a recorded release on test, write its predictions (intermediate/), model file and row; the row last,
+    which marks the fit as done."""
+    cell, seed = spec.cell, spec.seed
     evaluation = method.evaluate(release, test.inputs, test.y)
-    save_predictions(run_dir, cell, seed, evaluation.probabilities)  # patient-level: intermediate/, for the report
+    save_predictions(str(run.root), cell, seed, evaluation.probabilities)  # patient-level: intermediate/
     model_path = run.model(cell.cell_id, seed)
     if evaluation.draws is not None:  # every draw's test scores, for the report's box plots
         model_path.with_suffix(".draws.json").write_text(json.dumps(evaluation.draws))
     _write_model(model_path, payload)  # the bytes whose sha256 the release bound
     metrics, info = evaluation.metrics, release.info_
-    row = {**cell.model_dump(), "seed": seed, "device": str(dev), **metrics,
+    row = {**cell.model_dump(), "seed": seed, "device": device, **metrics,
            **{k: info.get(k) for k in ("epochs", "epsilon_prv", "epsilon_rdp", "epsilon_pld", "noise_multiplier",
-                                        "sample_rate", "steps", "delta", "accountant", "noise_source")},
+                                        "sample_rate", "steps", "delta", "accountant", "noise_source",
+                                        "batch_members")},
            "guarantee": guarantee_label(method.guarantee(), info.get("epsilon"), privacy.epsilon_ceiling),
-           "fit_seconds": round(time.perf_counter() - start, 2), "release": release.ledger_id}
+           "fit_seconds": round(train_seconds + time.perf_counter() - start, 2), "release": release.ledger_id}
     row = FitRow.model_validate(strict_json(row)).model_dump(exclude_unset=True)  # typed: resume and report read it
-    result_path.write_text(strict_dumps({"key": key, "value": row}))  # last: marks the cell as done
+    _fit_path(str(run.root), cell, seed).write_text(strict_dumps({"key": key, "value": row}))  # last: marks it done
     run_logger().info("fit %s seed %d: test AUROC %.3f%s", cell.cell_id, seed, metrics["auroc"],
                       f", epsilon {info['epsilon']:.3g} ({info['accountant']})" if "epsilon" in info else "")
     return row

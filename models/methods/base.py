@@ -42,7 +42,7 @@ from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import ReleasePlan
 
 __all__ = ["TrainingMethod", "ClassifierMethod", "FitSpec", "CellData", "Release", "Evaluation", "register_method",
-           "get_method", "create_method", "TRAINING_METHODS", "grid", "seeds_of", "Progress"]
+           "get_method", "create_method", "TRAINING_METHODS", "grid", "seeds_of", "fit_groups", "Progress"]
 
 TRAINING_METHODS: Registry["TrainingMethod"] = Registry("training method", declared=get_args(Method))
 register_method = TRAINING_METHODS.register
@@ -182,6 +182,16 @@ class TrainingMethod(ABC):
     def evaluate(self, release: Release, inputs: tuple, y: torch.Tensor) -> Evaluation:
         """Score the release on held-out records (dev for a trial, test for a final fit)."""
 
+    #: whether :meth:`fit_many` trains a group of releases as one batched model (else one by one)
+    batches: ClassVar[bool] = False
+
+    def fit_many(self, specs: list[FitSpec], data: CellData, plans: list[ReleasePlan | None],
+                 noises: list[NoiseSource]) -> list[Release]:
+        """Train several releases of one cell family (one label, model and loss) on the same records, each by its
+        reserved plan with its own noise; by default one by one. A method with :attr:`batches` trains them as one
+        batched model: how they are computed, never what each release is."""
+        return [self.fit(spec, data, plan, noise) for spec, plan, noise in zip(specs, plans, noises)]
+
 
 class ClassifierMethod(TrainingMethod):
     """A method that trains the classifier's weights directly (non-private, DP-SGD): one model per fit."""
@@ -196,6 +206,10 @@ class ClassifierMethod(TrainingMethod):
 
     def fit(self, spec, data, plan, noise) -> Release:
         model, info = self.train(self.build(spec, data), spec, data, plan, noise)
+        return self.release(spec, data, plan, model, info)
+
+    def release(self, spec: FitSpec, data: CellData, plan: ReleasePlan | None, model, info: dict) -> Release:
+        """The release of a trained ``model``: its entry, its saved state and (a search trial) its dev AUROC."""
         if data.dev is not None and "dev_auroc" not in info:
             info["dev_auroc"] = self.evaluate_model(model, *data.dev)["auroc"]
         state = {"cell": spec.cell.model_dump(), "seed": spec.seed, "hyperparameters": spec.hyperparameters,
@@ -237,3 +251,19 @@ def grid(training: TrainingConfig, labels: list[str]) -> list[Cell]:
 def seeds_of(cell: Cell, training: TrainingConfig) -> int:
     """Final fits of ``cell``."""
     return create_method(cell.method, training).seeds()
+
+
+def fit_groups(cells: list[Cell], training: TrainingConfig, batched: bool) -> list[list[tuple[int, int]]]:
+    """The grid's final fits, (cell index, seed), in groups that train together: with ``batched``, the fits of one
+    cell family (label, model, method, loss: its epsilons x seeds) of a method that batches, in chunks of at most
+    ``training.group_size`` (0: no limit); every other fit alone. Every fit is in exactly one group."""
+    groups: dict[tuple, list[tuple[int, int]]] = {}
+    alone = []
+    for i, cell in enumerate(cells):
+        fits = [(i, seed) for seed in range(seeds_of(cell, training))]
+        if batched and get_method(cell.method).batches:
+            groups.setdefault((cell.label, cell.model, cell.method, cell.loss), []).extend(fits)
+        else:
+            alone += [[fit] for fit in fits]
+    size = training.group_size or max((len(g) for g in groups.values()), default=1)
+    return [g[lo:lo + size] for g in groups.values() for lo in range(0, len(g), size)] + alone

@@ -28,7 +28,7 @@ from privehr.models.expm.batched_utility import BatchedUtility
 from privehr.models.expm.dp_trained import DPExpMHyperparameters, flow_mean, train_dp_expm
 from privehr.models.expm.mechanism import (draw_probabilities, draw_utilities, fit_gap, posterior_predictive,
                                          sample_parameters)
-from privehr.models.methods.base import Evaluation, Release, register_method
+from privehr.models.methods.base import Evaluation, Release, TrainingMethod, register_method
 from privehr.models.methods.dp_sgd import DPSGD
 from privehr.models.privacy.randomness import public_seed
 
@@ -40,6 +40,9 @@ class DPExpMNF(DPSGD):
     """ExpM's target fitted by DP-SGD: a DP release at each target epsilon, eps~ a utility knob."""
 
     name: ClassVar[str] = "dp_expm_nf"
+    # its releases are flows fitted one at a time (batching the DP-trained flow is not built yet)
+    batches: ClassVar[bool] = False
+    fit_many = TrainingMethod.fit_many
     # batch size and epochs set the plan, so they are not searched (as DP-SGD)
     search_spaces: ClassVar[dict[str, dict]] = {
         "grud": {"learning_rate": ("log", 3e-3, 1e-1), "max_grad_norm": ("log", 0.1, 5.0),

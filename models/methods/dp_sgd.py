@@ -2,13 +2,16 @@
 to each cell's target epsilon by the PRV accountant (RDP and PLD alongside): the grid's DP method.
 
 A release trains by the :class:`~privehr.models.privacy.release_plan.ReleasePlan` that the budget check built
-and reserved (``plan``), with the noise the task hands it (``NoiseSource.for_release``).
+and reserved (``plan``), with the noise the task hands it (``NoiseSource.for_release``). A group of releases of one
+cell family (its epsilons x seeds) can train as one batched model (:meth:`DPSGD.fit_many`,
+:mod:`privehr.models.dpsgd.batched`): each keeps its own plan, sample, clipping and noise.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from privehr.models.dpsgd.batched import same_architecture, train_dp_sgd_batched
 from privehr.models.dpsgd.trainer import DPSGDHyperparameters, train_dp_sgd
 from privehr.models.methods.base import ClassifierMethod, register_method
 from privehr.models.privacy.release_plan import ReleasePlan
@@ -60,6 +63,36 @@ class DPSGD(ClassifierMethod):
 
     def entry(self, spec, plan):
         return plan.ledger_entry(self.guarantee(spec.what), spec.what)
+
+    batches: ClassVar[bool] = True
+
+    def fit_many(self, specs, data, plans, noises):
+        """The releases of one cell family trained as batched models, one stack per architecture (GRU-D's hidden
+        size may differ between cells after a search); each by its reserved plan, clipped at its chosen C."""
+        families = {(s.cell.label, s.cell.model, s.cell.loss) for s in specs}
+        if len(families) != 1 or any(p is None for p in plans):
+            raise ValueError(f"a batched DP-SGD group is one label, model and loss, each release with its reserved "
+                             f"plan; got {sorted(families)}")
+        releases = [None] * len(specs)
+        models = [self.build(spec, data) for spec in specs]
+        stacks: list[list[int]] = []
+        for i, model in enumerate(models):  # members of one architecture train together
+            stack = next((s for s in stacks if same_architecture([models[s[0]], model])), None)
+            stack.append(i) if stack is not None else stacks.append([i])
+        for stack in stacks:
+            clipped = [plans[i].clipped_at(specs[i].hyperparameters["max_grad_norm"]) for i in stack]
+            hps = [DPSGDHyperparameters(specs[i].hyperparameters["learning_rate"],
+                                        specs[i].hyperparameters["weight_decay"]) for i in stack]
+            first = specs[stack[0]]
+            progress = self.progress(f"{first.cell.label}/{first.cell.model}/dp_sgd/{first.cell.loss}: "
+                                     f"{len(stack)} fits batched, epochs")
+            fits = train_dp_sgd_batched([models[i] for i in stack], data.inputs, data.y, hps, clipped,
+                                        [noises[i] for i in stack], first.cell.loss, progress)
+            for i, plan, (model, _) in zip(stack, clipped, fits):
+                info = {"epochs": specs[i].hyperparameters["epochs"], **plan.record(), "noise_source": noises[i].kind,
+                        "batch_members": len(stack)}
+                releases[i] = self.release(specs[i], data, plans[i], model, info)
+        return releases
 
     def train(self, model, spec, data, plan, noise) -> tuple[object, dict]:
         if plan is None:

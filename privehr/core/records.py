@@ -62,7 +62,8 @@ class FitRow(BaseModel):
     accountant: str | None = None
     noise_source: str | None = None
     guarantee: str
-    fit_seconds: float
+    fit_seconds: float  # of a batched group: its wall time over its members
+    batch_members: int | None = None  # releases trained with this one as one batched model (None: alone)
     release: str | None = None  # the release's id in the privacy ledger (what a bundle's manifest cites)
 
     @property

@@ -17,7 +17,7 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
         "data": {"hdf5_path": str(small_extract), "chunk_rows": 1024},
         "artifacts_dir": str(tmp_path), "run_id": "flow-test", "versioning": {"dvc": False},
         "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
-        "training": {"losses": ["bce"], "seeds": 2, "non_private": {"max_epochs": 3},
+        "training": {"losses": ["bce"], "seeds": 2, "non_private": {"max_epochs": 3}, "batched": "on",
                      "dp_sgd": {"epochs": 2, "epsilons": [1.0, 10.0]}, "grud": {"hidden_size": 8},
                      "expm_nf": {"epsilons": [1.0], "steps": 3, "eval_samples": 4, "seeds": 2,
                                  "models": ["logistic_regression", "grud"]},
@@ -32,6 +32,12 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
                  "search/los_3-logistic_regression-non_private-bce-epsinf.json"):
         assert (run_dir / name).exists(), name
     metrics = json.loads((run_dir / "metrics.json").read_text())
+    # training.batched: on: each (label, model) family's DP-SGD fits (2 epsilons x 2 seeds) trained as one batched
+    # model, each its own release; every other fit alone
+    fits = [json.loads(p.read_text())["value"] for p in (run_dir / "models").glob("*.json")
+            if not p.name.endswith(".draws.json")]
+    assert sorted({(f["method"], f.get("batch_members")) for f in fits}, key=str) == sorted(
+        {("dp_sgd", 4), ("non_private", None), ("expm_nf", None), ("dp_expm_nf", None)}, key=str)
     # labels x (models x (non-private + 2 DP-SGD + 1 ExpM+NF) + the DP-trained ExpM flow of LR) x seeds
     assert metrics["runs"] == 2 * (2 * 4 + 1) * 2
     rows = {(r["label"], r["model"], r["method"], r["target_epsilon"]): r for r in metrics["results"]}
@@ -128,7 +134,8 @@ def test_a_restarted_run_does_not_redo_finished_cells_and_retrains_the_rest_with
         "data": {"hdf5_path": str(small_extract)}, "artifacts_dir": str(tmp_path), "run_id": "resumable",
         "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
         "training": {"models": ["logistic_regression"], "methods": ["non_private", "dp_sgd"], "seeds": 2,
-                     "non_private": {"max_epochs": 3}, "dp_sgd": {"epochs": 2, "epsilons": [1.0]}}})
+                     "non_private": {"max_epochs": 3}, "dp_sgd": {"epochs": 2, "epsilons": [1.0]},
+                     "batched": "on"}})  # a DP-SGD family's 2 seeds train as one batched model, resumed per member
     first = pipeline(config)
     models = Path(first["run_dir"]) / "models"
     results = sorted(p for p in models.glob("*.json") if not p.name.endswith(".draws.json"))

@@ -96,6 +96,42 @@ def test_search_then_fit_for_each_method(prepared, model, tmp_path, small_extrac
     assert len(calibrations) == 2  # the search and the fits trained by the reserved plans: none built again
 
 
+def test_a_batched_fit_group_makes_one_recorded_release_per_member_and_resumes_per_member(prepared, tmp_path,
+                                                                                         small_extract):
+    import hashlib
+
+    from privehr.core.run_layout import RunLayout
+    from privehr.io.privacy_ledger import read_ledger
+    from privehr.models.methods import create_method, fit_groups
+    from privehr.tasks.release_budget import check_privacy_budget
+    from privehr.tasks.train import fit_group, fit_key
+
+    run_dir, _, _, features_dir = prepared
+    ledger = tmp_path / "ledger.jsonl"
+    config = PipelineConfig.model_validate({
+        "data": {"hdf5_path": str(small_extract)}, "privacy": {"ledger_path": str(ledger)},
+        "training": {"seeds": 2, "methods": ["dp_sgd"], "models": ["grud"], "batched": "on",
+                     "dp_sgd": {"epochs": 1, "epsilons": [1.0, 4.0]}, "grud": {"hidden_size": 8}}})
+    training = config.training
+    cells = grid(training, ["mort_icu"])
+    reservations = check_privacy_budget.fn(run_dir, cells, config)
+    (group,) = fit_groups(cells, training, True)  # one family: 2 epsilons x 2 seeds
+    members = [cells[i] for i, _ in group]
+    hps = [create_method("dp_sgd", training).default_hyperparameters(cell) for cell in members]
+    seeds, reserved = [s for _, s in group], [reservations[fit_key(cells[i], s)] for i, s in group]
+    rows = fit_group.fn(features_dir, members, hps, seeds, training, config.privacy, run_dir, reserved, "cpu")
+    released = {e.release: e for e in read_ledger(ledger) if e.status == "released"}
+    assert len(rows) == 4 and len(released) == 4 and {r["release"] for r in rows} == set(released)
+    for (i, seed), row in zip(group, rows):
+        assert row["batch_members"] == 4 and row["target_epsilon"] == cells[i].target_epsilon
+        assert row["epsilon_prv"] <= cells[i].target_epsilon and row["noise_source"] == "os_entropy"
+        model = RunLayout(run_dir).model(cells[i].cell_id, seed).read_bytes()
+        assert released[row["release"]].sha256 == hashlib.sha256(model).hexdigest()  # each its own file and entry
+    # a resumed group trains only what is unfinished: its finished members are returned as saved, nothing re-released
+    again = fit_group.fn(features_dir, members, hps, seeds, training, config.privacy, run_dir, reserved, "cpu")
+    assert again == rows and len([e for e in read_ledger(ledger) if e.status == "released"]) == 4
+
+
 def test_over_budget_runs_are_refused_before_anything_is_trained(prepared, tmp_path, small_extract):
     from privehr.core.errors import InputError
     from privehr.io.privacy_ledger import ledger_totals, read_ledger

@@ -49,6 +49,26 @@ def test_the_grid_is_what_each_method_declares():
     assert len({c.cell_id for c in cells}) == len(cells)
 
 
+def test_fit_groups_batch_a_cell_family_and_hold_every_fit_once():
+    from privehr.models.methods import fit_groups
+
+    training = TrainingConfig(seeds=3, dp_sgd={"epsilons": [1.0, 4.0, 8.0]}, group_size=4)
+    cells = grid(training, ["mort_icu", "los_3"])
+    every = sorted((i, s) for i, c in enumerate(cells) for s in range(seeds_of(c, training)))
+    for batched in (False, True):
+        groups = fit_groups(cells, training, batched)
+        assert sorted(f for g in groups for f in g) == every  # each fit in exactly one group
+        for group in groups:
+            family = {(cells[i].label, cells[i].model, cells[i].method, cells[i].loss) for i, _ in group}
+            assert len(family) == 1 and len(group) <= 4
+            assert len(group) == 1 or (batched and cells[group[0][0]].method == "dp_sgd")
+    # 2 labels x 2 models: 3 epsilons x 3 seeds = 9 DP-SGD fits per family, in chunks of 4, 4 and 1
+    dp_sgd = [len(g) for g in fit_groups(cells, training, True) if cells[g[0][0]].method == "dp_sgd"]
+    assert sorted(dp_sgd) == [1] * 4 + [4] * 8
+    whole = fit_groups(cells, training.model_copy(update={"group_size": 0}), True)
+    assert sorted(len(g) for g in whole if cells[g[0][0]].method == "dp_sgd") == [9, 9, 9, 9]
+
+
 @pytest.mark.parametrize("profile", ["demo", "full"])
 def test_the_profiles_grids(profile):
     config = load_config(profile=profile)
