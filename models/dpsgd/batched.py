@@ -2,11 +2,16 @@
 
 A grid trains many small models on the same records: seeds x target epsilons of one (label, model, loss). Trained
 one by one, a GRU-D fit of a few thousand weights is bound by Python and kernel launches (a DP-SGD step costs about
-the same on an H100 whatever the batch), so neither a GPU nor two CPU cores are used. Here the K models' parameters
-are stacked along a leading axis (``torch.func.stack_module_state``) and every step runs them together: per-sample
-gradients of all K x B (model, record) pairs by one ``vmap`` over models of a ``vmap`` over records of
-``torch.func.grad`` (the same per-sample gradients the single trainer is tested against), clipping, noise and a
-batched AdamW.
+the same on a GPU whatever the batch), so a GPU is mostly idle. Here every step runs the K members together, in one
+of two ways (``per_sample``):
+
+* ``ghost`` (where every layer can be stacked: GRU-D, logistic regression): the members are stacked into one module
+  (:mod:`privehr.models.dpsgd.stacked_layers`), their batches one after the other along the batch axis, and ghost
+  clipping (:mod:`privehr.models.dpsgd.ghost_clipping`) gives every row's gradient norm from its layer inputs and
+  output gradients and each member's clipped sum by one batched product per layer: the single trainer's
+  computation, once for the group;
+* ``functorch``: per-sample gradients of all K x B (member, record) pairs by a ``vmap`` over members of a ``vmap``
+  over records of ``torch.func.grad``, materialised (in chunks of members below :data:`MAX_GRADIENT_ELEMENTS`).
 
 Nothing about a release changes; batching is how it is computed, not what is released. Each member k has
 
@@ -24,9 +29,10 @@ With the same noise streams, K members take the same steps as K runs of
 :func:`privehr.models.dpsgd.trainer.train_dp_sgd` (tested to float rounding), so the accounting of each member is the
 single trainer's: the trainer checks that every member took exactly its plan's steps.
 
-What it costs: the per-sample gradients are materialised, K x B_max x (parameters) floats per step (a demo GRU-D
-group of 12 at batch 128: about 200 MB); records go through in chunks of members when that would exceed
-:data:`MAX_GRADIENT_ELEMENTS`.
+What it costs: ghost clipping keeps the K x B rows' layer inputs and output gradients (as the single trainer keeps
+B); torch.func materialises K x B x (parameters) floats per step. Measured (bench/batched_grid.py): on an H200 a demo
+family of 12 GRU-D fits trains 5x faster than one by one, 110 fits 10x; on 2 CPU cores a group is about as fast as its
+fits one at a time (the cores are busy either way), so the grid batches on CUDA by default (``training.batched``).
 
 >>> from privehr.models.classifiers.logistic_regression import LogisticRegression
 >>> from privehr.models.dpsgd.trainer import DPSGDHyperparameters
@@ -50,12 +56,18 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from privehr.models.classifiers.losses import per_sample_loss
+from privehr.models.dpsgd.ghost_clipping import clipped_gradient_sum
+from privehr.models.dpsgd.stacked_layers import stack_models, unstack_into
 from privehr.models.dpsgd.trainer import DPSGDHyperparameters, DPSGDResult
 from privehr.models.dpsgd.noisy_step import poisson_indices
 from privehr.models.privacy.randomness import NoiseSource, gaussian_noise
 from privehr.models.privacy.release_plan import ReleasePlan
 
-__all__ = ["train_dp_sgd_batched", "same_architecture", "MAX_GRADIENT_ELEMENTS", "BETAS", "EPS"]
+__all__ = ["train_dp_sgd_batched", "same_architecture", "stackable", "PER_SAMPLE", "MAX_GRADIENT_ELEMENTS", "BETAS",
+           "EPS"]
+
+#: how a batched group takes its per-sample gradient norms and clipped sums
+PER_SAMPLE = ("auto", "ghost", "functorch")
 
 #: the per-sample gradients of one chunk of members hold at most this many floats (256 Mi, 1 GiB in float32)
 MAX_GRADIENT_ELEMENTS = 1 << 28
@@ -83,18 +95,23 @@ def _refuse_mixing(model: nn.Module) -> None:
 def train_dp_sgd_batched(models: Sequence[nn.Module], x_train: tuple[torch.Tensor, ...], y_train: torch.Tensor,
                          hps: Sequence[DPSGDHyperparameters], plans: Sequence[ReleasePlan],
                          noises: Sequence[NoiseSource], loss: str = "bce",
-                         progress: Callable[[int, int], None] | None = None) -> list[tuple[nn.Module, DPSGDResult]]:
+                         progress: Callable[[int, int], None] | None = None,
+                         per_sample: str = "auto") -> list[tuple[nn.Module, DPSGDResult]]:
     """Train the K ``models`` (one architecture, on one device) on the same records, member k by ``plans[k]`` with
     ``hps[k]`` and ``noises[k]``; return [(trained module, result)] in order (each module is trained in place).
 
     ``x_train`` are the models' positional inputs (batch first). ``progress(done, total)``, if given, is called after
-    every epoch of the longest member's plan.
+    every epoch of the longest member's plan. ``per_sample``: "ghost" (the members stacked into one module,
+    :mod:`privehr.models.dpsgd.stacked_layers`, clipped by ghost clipping), "functorch" (per-sample gradients by
+    torch.func), or "auto": ghost where every layer can be stacked.
     """
     models = list(models)
     k_models = len(models)
     if not (k_models == len(hps) == len(plans) == len(noises)) or k_models == 0:
         raise ValueError(f"{k_models} models, {len(hps)} hyperparameters, {len(plans)} plans, {len(noises)} noises: "
                          "one of each per member")
+    if per_sample not in PER_SAMPLE:
+        raise ValueError(f"unknown per-sample gradients {per_sample!r}: one of {PER_SAMPLE}")
     if not same_architecture(models):
         raise ValueError("the models of a batched fit must share one architecture (class, parameter and buffer "
                          "names, shapes and dtypes)")
@@ -102,21 +119,11 @@ def train_dp_sgd_batched(models: Sequence[nn.Module], x_train: tuple[torch.Tenso
         _refuse_mixing(m)
         m.train()
     x_train = x_train if isinstance(x_train, tuple) else (x_train,)
-    device, records = y_train.device, len(y_train)
-    params, buffers = stack_module_state(models)
-    names = [n for n, _ in models[0].named_parameters() if _.requires_grad]
-    params = {n: params[n].detach().clone() for n in names}
-    base = copy.deepcopy(models[0]).to("meta")
-    loss_fn = per_sample_loss(loss)
-
-    def one(p, b, target, *xs):  # one record through one member: the single trainer's per-sample loss
-        out = functional_call(base, (p, b), tuple(x[None] for x in xs))
-        return loss_fn(out, target[None]).sum()
-
-    # grads and losses of every (member, record): vmap over members of a vmap over the member's records
-    per_sample = vmap(vmap(grad_and_value(one), in_dims=(None, None, 0, *[0] * len(x_train))),
-                      in_dims=(0, 0, 0, *[0] * len(x_train)))
-    dtype = params[names[0]].dtype
+    if per_sample == "auto":
+        per_sample = "ghost" if stackable(models[0]) else "functorch"
+    engine = (_GhostEngine if per_sample == "ghost" else _FunctorchEngine)(models, x_train, y_train, loss)
+    params, device, records = engine.params, y_train.device, len(y_train)
+    dtype = next(iter(params.values())).dtype
     lr = torch.tensor([h.learning_rate for h in hps], dtype=dtype, device=device)
     wd = torch.tensor([h.weight_decay for h in hps], dtype=dtype, device=device)
     clip = torch.tensor([p.max_grad_norm for p in plans], dtype=dtype, device=device)
@@ -124,7 +131,6 @@ def train_dp_sgd_batched(models: Sequence[nn.Module], x_train: tuple[torch.Tenso
     exp_avg_sq = {n: torch.zeros_like(v) for n, v in params.items()}
     samplers = [nz.torch_generator("sampling") for nz in noises]
     generators = [nz.torch_generator("noise", device) for nz in noises]
-    per_member = sum(v[0].numel() for v in params.values())
     steps = [p.steps for p in plans]
     taken = [0] * k_models
     history: list[list[dict]] = [[] for _ in range(k_models)]
@@ -138,32 +144,18 @@ def train_dp_sgd_batched(models: Sequence[nn.Module], x_train: tuple[torch.Tenso
         batches = [poisson_indices(plans[k], samplers[k], records) if active[k]
                    else torch.zeros(0, dtype=torch.long) for k in range(k_models)]
         widest = max(len(b) for b in batches)
-        sums = {n: torch.zeros_like(v) for n, v in params.items()}
         if widest:
             index = torch.zeros(k_models, widest, dtype=torch.long)
             valid = torch.zeros(k_models, widest, dtype=torch.bool)
             for k, b in enumerate(batches):
                 index[k, :len(b)], valid[k, :len(b)] = b, True
             index, valid = index.to(device), valid.to(device)
-            chunk = max(1, MAX_GRADIENT_ELEMENTS // max(1, widest * per_member))
-            for lo in range(0, k_models, chunk):
-                hi = min(k_models, lo + chunk)
-                idx = index[lo:hi]
-                grads, losses = per_sample({n: v[lo:hi] for n, v in params.items()},
-                                           {n: v[lo:hi] for n, v in buffers.items()},
-                                           y_train[idx], *(x[idx] for x in x_train))
-                norms = torch.sqrt(sum(torch.einsum("kbp,kbp->kb", f, f) for f in (g.flatten(2) for g in grads.values())))
-                ok = valid[lo:hi] & torch.isfinite(norms)
-                factor = torch.where(ok, (clip[lo:hi, None] / (norms + 1e-6)).clamp(max=1.0),
-                                     torch.zeros_like(norms))
-                finite = bool(torch.isfinite(norms).all())  # else a non-finite g_i would make 0 * inf a NaN
-                for n, g in grads.items():
-                    if not finite:
-                        g = torch.where(ok.view(*ok.shape, *[1] * (g.dim() - 2)), g, torch.zeros_like(g))
-                    sums[n][lo:hi] = torch.einsum("kb,kb...->k...", factor, g)
-                loss_sums[lo:hi] += torch.where(valid[lo:hi], losses.detach(), torch.zeros_like(losses)).sum(1)
+            sums, losses = engine.clipped_sums(index, valid, clip)
+            loss_sums += torch.where(valid, losses, torch.zeros_like(losses)).sum(1)
+        else:
+            sums = {n: torch.zeros_like(v) for n, v in params.items()}
         gradient = {}
-        for n in names:  # the noised mean gradient of every active member, its noise from its own stream
+        for n in params:  # the noised mean gradient of every active member, its noise from its own stream
             rows = []
             for k in range(k_models):
                 if not active[k]:
@@ -173,8 +165,7 @@ def train_dp_sgd_batched(models: Sequence[nn.Module], x_train: tuple[torch.Tenso
                 noise = gaussian_noise(sums[n][k].shape, std, generators[k], device, dtype)
                 rows.append((sums[n][k] + noise) / (plans[k].sample_rate * plans[k].n))
             gradient[n] = torch.stack(rows)
-        _adamw_step(params, gradient, exp_avg, exp_avg_sq, lr, wd, t + 1,
-                    torch.tensor(active, device=device))
+        _adamw_step(params, gradient, exp_avg, exp_avg_sq, lr, wd, t + 1, torch.tensor(active, device=device))
         for k in range(k_models):
             if active[k]:
                 taken[k] += 1
@@ -189,14 +180,91 @@ def train_dp_sgd_batched(models: Sequence[nn.Module], x_train: tuple[torch.Tenso
             progress(-(-(t + 1) // per_epoch), epochs)
     if taken != steps:
         raise RuntimeError(f"the batched trainer took {taken} steps, the plans {steps}")
-    out = []
-    with torch.no_grad():
-        for k, model in enumerate(models):
-            for n, p in model.named_parameters():
-                if n in params:
-                    p.copy_(params[n][k])
-            out.append((model, DPSGDResult(plan=plans[k], noise_source=noises[k].kind, history=history[k])))
-    return out
+    engine.write_back(models)
+    return [(model, DPSGDResult(plan=plans[k], noise_source=noises[k].kind, history=history[k]))
+            for k, model in enumerate(models)]
+
+
+def stackable(model: nn.Module) -> bool:
+    """Whether the members of ``model``'s architecture can be stacked into one module (ghost clipping)."""
+    try:
+        stack_models([model])
+    except ValueError:
+        return False
+    return True
+
+
+class _GhostEngine:
+    """The members stacked into one module (member-major rows): norms and clipped sums by ghost clipping, per-sample
+    thresholds C_k on member k's rows and 0 on padding rows, whose inputs are zeros."""
+
+    def __init__(self, models, x_train, y_train, loss):
+        self.stacked = stack_models(models)
+        self.params = dict(self.stacked.named_parameters())
+        self.x_train, self.y_train, self.members = x_train, y_train, len(models)
+        loss_fn = per_sample_loss(loss)
+        self.losses_fn = lambda m, target, *xs: loss_fn(m(*xs), target)
+
+    def clipped_sums(self, index, valid, clip):
+        flat, keep = index.flatten(), valid.flatten()
+        batch = tuple(x[flat] * keep.view(-1, *[1] * (x.dim() - 1)).to(x.dtype) for x in self.x_train)
+        target = self.y_train[flat] * keep.to(self.y_train.dtype)
+        thresholds = torch.where(valid, clip[:, None], torch.zeros_like(clip[:, None])).flatten()
+        losses, _, sums = clipped_gradient_sum(self.stacked, self.losses_fn, (target, *batch), thresholds)
+        names = {p: n for n, p in self.params.items()}
+        return {names[p]: total for p, total in sums.items()}, losses.view(self.members, -1)
+
+    def write_back(self, models):
+        unstack_into(self.stacked, models)
+
+
+class _FunctorchEngine:
+    """Per-sample gradients of every (member, record) by a vmap over members of a vmap over records of
+    ``torch.func.grad``, materialised, in chunks of members below :data:`MAX_GRADIENT_ELEMENTS`."""
+
+    def __init__(self, models, x_train, y_train, loss):
+        params, self.buffers = stack_module_state(models)
+        self.params = {n: params[n].detach().clone() for n, p in models[0].named_parameters() if p.requires_grad}
+        self.x_train, self.y_train = x_train, y_train
+        base = copy.deepcopy(models[0]).to("meta")
+        loss_fn = per_sample_loss(loss)
+
+        def one(p, b, target, *xs):  # one record through one member: the single trainer's per-sample loss
+            out = functional_call(base, (p, b), tuple(x[None] for x in xs))
+            return loss_fn(out, target[None]).sum()
+
+        self.per_sample = vmap(vmap(grad_and_value(one), in_dims=(None, None, 0, *[0] * len(x_train))),
+                               in_dims=(0, 0, 0, *[0] * len(x_train)))
+        self.per_member = sum(v[0].numel() for v in self.params.values())
+
+    def clipped_sums(self, index, valid, clip):
+        members, widest = index.shape
+        sums = {n: torch.zeros_like(v) for n, v in self.params.items()}
+        losses_out = torch.zeros(members, widest, dtype=clip.dtype, device=clip.device)
+        chunk = max(1, MAX_GRADIENT_ELEMENTS // max(1, widest * self.per_member))
+        for lo in range(0, members, chunk):
+            hi = min(members, lo + chunk)
+            idx = index[lo:hi]
+            grads, losses = self.per_sample({n: v[lo:hi] for n, v in self.params.items()},
+                                            {n: v[lo:hi] for n, v in self.buffers.items()},
+                                            self.y_train[idx], *(x[idx] for x in self.x_train))
+            norms = torch.sqrt(sum(torch.einsum("kbp,kbp->kb", f, f) for f in (g.flatten(2) for g in grads.values())))
+            ok = valid[lo:hi] & torch.isfinite(norms)
+            factor = torch.where(ok, (clip[lo:hi, None] / (norms + 1e-6)).clamp(max=1.0), torch.zeros_like(norms))
+            finite = bool(torch.isfinite(norms).all())  # else a non-finite g_i would make 0 * inf a NaN
+            for n, g in grads.items():
+                if not finite:
+                    g = torch.where(ok.view(*ok.shape, *[1] * (g.dim() - 2)), g, torch.zeros_like(g))
+                sums[n][lo:hi] = torch.einsum("kb,kb...->k...", factor, g)
+            losses_out[lo:hi] = losses.detach()
+        return sums, losses_out
+
+    def write_back(self, models):
+        with torch.no_grad():
+            for k, model in enumerate(models):
+                for n, p in model.named_parameters():
+                    if n in self.params:
+                        p.copy_(self.params[n][k])
 
 
 def _adamw_step(params, grads, exp_avg, exp_avg_sq, lr, wd, step: int, active: torch.Tensor) -> None:
@@ -207,6 +275,7 @@ def _adamw_step(params, grads, exp_avg, exp_avg_sq, lr, wd, step: int, active: t
     correction1, correction2 = 1 - beta1 ** step, 1 - beta2 ** step
     for n, p in params.items():
         shape = (-1, *[1] * (p.dim() - 1))
+        p = p.detach()
         on = active.view(shape)
         g = grads[n]
         new_p = p * (1 - lr * wd).view(shape)
@@ -214,6 +283,7 @@ def _adamw_step(params, grads, exp_avg, exp_avg_sq, lr, wd, step: int, active: t
         v = exp_avg_sq[n] * beta2 + (1 - beta2) * g * g
         denom = (v.sqrt() / math.sqrt(correction2)) + EPS
         new_p = new_p - (lr / correction1).view(shape) * m / denom
-        params[n] = torch.where(on, new_p, p)
+        with torch.no_grad():  # in place: the ghost engine's stacked module reads these parameters
+            p.copy_(torch.where(on, new_p, p))
         exp_avg[n] = torch.where(on, m, exp_avg[n])
         exp_avg_sq[n] = torch.where(on, v, exp_avg_sq[n])

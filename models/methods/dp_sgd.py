@@ -87,7 +87,8 @@ class DPSGD(ClassifierMethod):
             progress = self.progress(f"{first.cell.label}/{first.cell.model}/dp_sgd/{first.cell.loss}: "
                                      f"{len(stack)} fits batched, epochs")
             fits = train_dp_sgd_batched([models[i] for i in stack], data.inputs, data.y, hps, clipped,
-                                        [noises[i] for i in stack], first.cell.loss, progress)
+                                        [noises[i] for i in stack], first.cell.loss, progress,
+                                        "functorch" if self.training.dp_sgd.clipping == "functorch" else "auto")
             for i, plan, (model, _) in zip(stack, clipped, fits):
                 info = {"epochs": specs[i].hyperparameters["epochs"], **plan.record(), "noise_source": noises[i].kind,
                         "batch_members": len(stack)}

@@ -195,9 +195,10 @@ class TrainingConfig(_Strict):
     batched: Literal["auto", "on", "off"] = Field(
         "auto", description="train a cell family's final fits (one label, model, method and loss: its epsilons x "
                             "seeds) as one batched model, each release with its own Poisson sample, clipping, noise, "
-                            "plan and ledger entry (DP-SGD, models/dpsgd/batched.py; other methods fit one by one): "
-                            "auto = on CUDA only (on 2 CPU cores one fit at a time by ghost clipping is faster, "
-                            "bench/README.md), on, off")
+                            "plan and ledger entry (DP-SGD, models/dpsgd/batched.py: the members stacked into one "
+                            "module and clipped by ghost clipping, or by torch.func where dp_sgd.clipping is "
+                            "functorch; other methods fit one by one): auto = on CUDA only (on 2 CPU cores a group "
+                            "is no faster than its fits one at a time, bench/README.md), on, off")
     group_size: int = Field(0, ge=0, description="at most this many fits per batched group (0: the whole family); "
                                                  "memory is bounded either way (the per-sample gradients go through "
                                                  "in chunks of members)")
