@@ -121,3 +121,54 @@ def test_the_passed_generator_drives_noise_and_selection(mechanism):
     first_a, first_c = info_a["noisy_measurements"][0], info_c["noisy_measurements"][0]
     assert not np.allclose(first_a, first_c)
     assert not np.array_equal(synth_a, synth_c)
+
+
+def _random_cliques(g: np.random.Generator, d: int, case: int) -> list[tuple[int, ...]]:
+    """Clique sets of every shape AIM's size filter sees and some it does not: one-way cliques plus pairs (AIM's
+    models), trees, forests, cliques of three and four, columns in no clique, repeated cliques."""
+    if case % 4 == 0 and d > 1:  # a random tree (mbi keeps its edges)
+        return [(int(g.integers(0, j)), j) for j in range(1, d)]
+    cliques = [tuple(sorted(int(a) for a in g.choice(d, size=int(g.integers(1, min(d, 4) + 1)), replace=False)))
+               for _ in range(int(g.integers(0, 2 * d + 1)))]
+    if case % 4 == 1:  # AIM's: every column's one-way clique, then the selected pairs
+        cliques = [(j,) for j in range(d)] + [c[:2] for c in cliques if len(c) >= 2]
+    return cliques
+
+
+def test_model_size_is_mbi_hypothetical_model_size_exactly():
+    """AIM's size filter computes mbi's junction-tree size itself (mbi's took O(d^5) Python work a round): the same
+    float on random clique sets, up to 40 columns and domains up to 256, ties in the greedy order included."""
+    from privehr.models.synthesis.marginal import _mbi, _model_size_mb
+
+    mbi = _mbi()
+    g = np.random.default_rng(42)
+    for case in range(400):
+        d = int(g.integers(1, 41 if case < 20 else 13))
+        sizes = [int(k) for k in g.choice([1, 2, 3, 5, 16, 98, 256], size=d)]
+        cliques = _random_cliques(g, d, case)
+        expected = mbi.junction_tree.hypothetical_model_size(mbi.Domain(tuple(range(d)), tuple(sizes)), cliques)
+        assert _model_size_mb(sizes, cliques) == expected, (sizes, cliques)
+
+
+def test_aim_with_mbi_size_filter_releases_the_same(monkeypatch):
+    """With a size limit that excludes candidates, AIM's selections, noisy measurements and rows are those it gives
+    with mbi's own size function, from equal generators: the speed-up changes nothing AIM computes."""
+    import privehr.models.synthesis.marginal as marginal
+
+    mbi = marginal._mbi()
+    codes = correlated_table(n=300, seed=3)
+    options = {**FAST_AIM, "max_model_size": 3e-4}  # a pair is 8 to 25 cells, 6e-5 to 1.9e-4 MB: the limit binds
+
+    def run():
+        return synthesize_marginal("aim", codes, DOMAIN, 8.0, 1e-5, 200, np.random.default_rng(7), keep_noisy=True,
+                                   **options)
+
+    synth_ours, info_ours = run()
+    monkeypatch.setattr(marginal, "_model_size_mb", lambda sizes, cliques: mbi.junction_tree.hypothetical_model_size(
+        mbi.Domain(tuple(range(len(sizes))), tuple(sizes)), cliques))
+    synth_mbi, info_mbi = run()
+    candidates = len(DOMAIN) + len(DOMAIN) * (len(DOMAIN) - 1) // 2
+    assert any(s["candidates"] < candidates for s in info_ours["selections"])  # the filter removed some
+    assert info_ours["selections"] == info_mbi["selections"] and info_ours["measurements"] == info_mbi["measurements"]
+    assert all(np.array_equal(x, y) for x, y in zip(info_ours["noisy_measurements"], info_mbi["noisy_measurements"]))
+    assert np.array_equal(synth_ours, synth_mbi)
