@@ -95,6 +95,8 @@ def impute_ehr(config: EHRPrepareConfig, run_dir: str) -> str:
                          "patients, or change split_seed or test_fraction")
     run = RunLayout(run_dir)
     run.split_tables.mkdir(parents=True, exist_ok=True)
+    # the split and imputed tables below are data, read back by code (delivered_tables, imputed_tables) and kept
+    # under intermediate/: written byte-faithful, never escaped for a spreadsheet (privehr.io.spreadsheet)
     for name, part in (("train", train), ("test", test)):  # as delivered: synthesis.missing: in_release reads them
         part.to_csv(run.split_tables / f"{name}.csv")
     train, dropped, rule = drop_by_missingness(train, spec, table.decisions["records_read"])  # training patients only

@@ -13,7 +13,9 @@ Layout in the run directory (``job`` = ``imp<i>-<budget>-run<r>``):
   data-independent and whose missing values were learned inside the release (``synthesis.missing: in_release``;
   post-processing of a DP release: releasable). ``raw`` is the synthesizer's output in frame units (untruncated),
   ``truncated`` the table decoded to the spec's types and bounds, ``missing`` the decoded table with its missing
-  values; raw and truncated are completed by MICE fitted on the synthetic table itself;
+  values; raw and truncated are completed by MICE fitted on the synthetic table itself. A table left with no row
+  (every sampled row non-finite) gets no file: the record lists it (``empty_tables``) and says so in one line
+  (``empty_note``: the release is spent, in the ledger, and neither scored nor bundled);
 * ``intermediate/flows/<job>.pt`` (and the loss curve), and ``intermediate/synthetic/`` for the
   tables of non-private flows (they can memorise patients), of flows scaled by training statistics, and of
   releases trained on MICE imputations (``synthesis.missing: mice_first``: not DP end to end).
@@ -60,7 +62,7 @@ from privehr.tasks.run_logging import run_logger
 __all__ = ["synthesize", "imputed_tables", "delivered_tables", "release_patient_count", "synthetic_rows", "COUNT_KEY",
            "planning_count",
            "needs_noisy_count", "check_synthesis_inputs", "check_imputed_targets", "check_synthesis_table",
-           "synthesizer_of"]
+           "synthesizer_of", "empty_note"]
 
 COUNT_KEY = "patient-count"  # the reservation of the noisy patient count
 
@@ -249,8 +251,11 @@ def _tables(table: pd.DataFrame, decoder: TableCodec, spec, attributes: list[str
     """The files of one synthetic table: ``raw`` (the synthesizer's values, frame units, untruncated), ``truncated``
     (decoded to the spec's types and bounds, with its categories) and, with missingness in the release,
     ``missing`` (decoded, its indicators turned back into missing values). With missingness in the release the raw
-    and truncated tables are completed by :func:`_post_imputed`; "dropped" counts the non-finite rows left out."""
+    and truncated tables are completed by :func:`_post_imputed`; "dropped" counts the non-finite rows left out. A
+    table left with no row has only "dropped"."""
     raw, dropped = _finite(table)
+    if raw.empty:  # every sampled row non-finite (or none sampled): no table to write, score or bundle
+        return {"dropped": dropped}
     if not in_release:
         return {"raw": raw, "truncated": decoder.labels(decoder.decode(raw)), "dropped": dropped}
     codec = TableCodec.from_spec(spec, attributes, require_bounds=False)
@@ -260,6 +265,21 @@ def _tables(table: pd.DataFrame, decoder: TableCodec, spec, attributes: list[str
     return {"raw": _post_imputed(restore_missing(raw, attributes), None, seed, max_iter, fill),
             "truncated": codec.labels(codec.decode(_post_imputed(missing, bounds, seed, max_iter, fill))),
             "missing": codec.labels(missing), "dropped": dropped}
+
+
+def empty_note(job_id: str, empty: list[int], tables: int, epsilon: float | None, guarantee: str) -> str:
+    """The one line that says a release (or some of its tables) ended with no rows: spent all the same (its ledger
+    entry was written when it was trained), neither scored nor bundled. Counts and the release's cost only."""
+    cost = f"epsilon {epsilon:.3g}" if epsilon is not None else "budget" if guarantee == "dp" else None
+    if len(empty) == tables:
+        spent = f"its {cost} is spent (recorded in the privacy ledger)" if cost else \
+            "recorded in the privacy ledger (not DP: no budget spent)"
+        return f"{job_id} ended with no rows (every sampled row non-finite): {spent}; it is neither scored nor in " \
+               "the bundle"
+    spent = f"the release's {cost} is spent (recorded in the privacy ledger)" if cost else \
+        "the release is recorded in the privacy ledger (not DP: no budget spent)"
+    return (f"{job_id}: synthetic table(s) {', '.join(f'r{k}' for k in empty)} of {tables} ended with no rows (every "
+            f"sampled row non-finite): {spent}; those tables are neither scored nor in the bundle")
 
 
 def synthesizer_of(config: SynthesisConfig, job: dict, device: str = "cpu") -> SynthesisMethod:
@@ -332,12 +352,18 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reserved: Reser
     for folder in (out_dir, run.releases):
         folder.mkdir(parents=True, exist_ok=True)
     decoder = codec or TableCodec.from_spec(fit_spec, fit_attributes, require_bounds=False)
-    files, with_missing, nonfinite = [], [], 0
+    files, with_missing, nonfinite, empty = [], [], 0, []
     for k, table in enumerate(done.tables):
         parts = _tables(table, decoder, spec, attributes, in_release, (data.seed + k) % 2 ** 20, config.mice.max_iter)
         nonfinite += parts.pop("dropped")
+        if not parts:  # no row left: no file, so it is neither scored nor bundled (the release stays spent)
+            empty.append(k)
+            continue
         for kind, part in parts.items():
             name = f"{job['job_id']}-r{k}-{kind}.csv"
+            # data, not a spreadsheet: read back by the evaluation and by a partner's code, category labels as the
+            # spec names them, so written byte-faithful (no formula escaping: privehr.io.spreadsheet); the bundle
+            # warns where a spec's names or labels would start a formula in a spreadsheet
             add_derived(part, spec.derived).to_csv(out_dir / name, index=False)
             if kind == "missing":
                 with_missing.append({"release": k, "path": str(out_dir / name)})
@@ -349,10 +375,15 @@ def synthesize(run_dir: str, job: dict, config: SynthesisConfig, reserved: Reser
               "rows_per_table": rows, "test_log_likelihood": done.held_out,
               "nonfinite_rows_dropped": nonfinite, "scaling": scaling_record, "releasable": releasable,
               "missing": _missing_record(config.missing), "files": files, "with_missing": with_missing,
+              "empty_tables": empty,
+              "empty_note": empty_note(job["job_id"], empty, len(done.tables), release_dict.get("epsilon"),
+                                       guarantee) if empty else None,
               **done.extra, "model": done.model, "ledger_release": ledger_release}
     path.write_text(strict_dumps(record, indent=2, default=float))
+    if empty:  # said once, as it happens; the report and the command's summary repeat it
+        run_logger().warning("synthesize %s", record["empty_note"])
     run_logger().info("synthesize %s: %s %s (%s), epsilon %s; %d tables (%d non-finite rows dropped)",
                       job["job_id"], synthesizer, release_dict["mechanism"],
                       guarantee_label(guarantee, release_dict.get("epsilon"), config.privacy.epsilon_ceiling),
-                      release_dict.get("epsilon"), config.releases, nonfinite)
+                      release_dict.get("epsilon"), len(done.tables) - len(empty), nonfinite)
     return str(path)

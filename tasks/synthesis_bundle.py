@@ -37,6 +37,7 @@ from privehr.core.specs import load_ehr_spec
 from privehr.core.strict_json import strict_dumps
 from privehr.io.privacy_ledger import read_ledger
 from privehr.io.release_bundle import bundle_total, public_entry, write_manifest
+from privehr.io.spreadsheet import escape_cell
 from privehr.tasks.release_bundle import signing_key
 from privehr.tasks.run_logging import run_logger
 from privehr.tasks.synthesis import needs_noisy_count
@@ -45,9 +46,26 @@ __all__ = ["write_synthesis_bundle"]
 
 
 def _bundled(record: dict) -> bool:
-    """A DP release whose scaling is public (the spec's bounds, not a drafted spec): its tables may be bundled."""
+    """A DP release whose scaling is public (the spec's bounds, not a drafted spec) and with a table left: its tables
+    may be bundled. One whose every table ended with no rows is spent (in the ledger) but has nothing to ship: it
+    is left out, and neither its files nor its cost are cited."""
     return record["guarantee"].startswith("DP") and record["scaling"]["inside_guarantee"] and \
-        record.get("ledger_release") is not None
+        record.get("ledger_release") is not None and any(f["truncated"] for f in record["files"])
+
+
+def _formula_like(spec) -> list[str]:
+    """The columns whose name or one of whose category labels (the spec's: public) a spreadsheet would run as a
+    formula. The tables are data and stay byte-faithful (a partner's code maps the labels back); the card and the
+    log say how to open them instead."""
+    names = [(a.name, a.levels if a.discrete else []) for a in spec.attributes] + [(d.name, []) for d in spec.derived]
+    return [name for name, labels in names
+            if any(escape_cell(str(v)) != str(v) for v in [name, *labels])]
+
+
+def _formula_note(columns: list[str]) -> str:
+    return (f"the tables' column(s) {', '.join(columns)} hold a name or category (as the spec names them) that a "
+            "spreadsheet would run as a formula; the tables are data, written as they are: import them as text (a "
+            "spreadsheet's import, or a CSV reader), do not open them with a double-click")
 
 
 def _guarantee(total: dict, missing: str) -> str:
@@ -69,9 +87,13 @@ def write_synthesis_bundle(run_dir: str, record_paths: list[str], config: Synthe
     records = [json.loads(Path(p).read_text()) for p in record_paths]
     bundled = [r for r in records if _bundled(r)]
     if not bundled:
-        run_logger().info("release bundle: no DP release with public scaling in this run; no bundle written")
+        run_logger().info("release bundle: no DP release with public scaling %sin this run; no bundle written",
+                          "and a table left " if any(r.get("empty_note") for r in records) else "")
         return None
     spec = load_ehr_spec(config.spec)
+    formula = _formula_like(spec)
+    if formula:
+        run_logger().warning("release bundle: %s", _formula_note(formula))
     out = run.release_bundle
     if out.exists():
         shutil.rmtree(out)  # a resumed run writes its bundle again
@@ -109,6 +131,8 @@ def write_synthesis_bundle(run_dir: str, record_paths: list[str], config: Synthe
     columns = [a.name for a in spec.attributes] if config.missing == "in_release" else \
         json.loads(run.imputation.read_text())["attributes"]
     card = _card(config, spec, tables, total, guarantee, counts, columns)
+    if formula:
+        card["intended_use"].append(_formula_note(formula))
     every = sorted(cited)
     for name in ("card.json", "card.md"):
         sources[name] = {"source": "derived", "releases": every, "about": "the card of the synthetic tables"}

@@ -26,10 +26,12 @@ from privehr.core.specs import load_ehr_spec
 from privehr.core.records import ImputationSummary
 from privehr.models.synthesis.codec import TableCodec
 from privehr.io.figures import marginal_histograms, plot_synthesis_utility
+from privehr.io.spreadsheet import spreadsheet_safe
 from privehr.tasks.run_logging import in_prefect_run, run_logger
 from privehr.tasks.synthesis import imputed_tables
 
-__all__ = ["write_synthesis_report", "su2023_table", "synthesis_results", "raw_accuracy", "membership_table"]
+__all__ = ["write_synthesis_report", "write_results_csv", "su2023_table", "synthesis_results", "raw_accuracy",
+           "membership_table"]
 
 RELEASE_COLUMNS = ["budget_label", "mechanism", "guarantee", "noise_multiplier", "sample_rate", "steps",
                    "max_grad_norm", "delta", "epsilon_prv", "epsilon_rdp", "epsilon_pld", "mu", "epsilon_gdp",
@@ -54,14 +56,19 @@ def synthesis_results(record_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFra
                                                                  "run": record["job"]["run"],
                                                                  "nonfinite_rows_dropped": record["nonfinite_rows_dropped"],
                                                                  "test_log_likelihood": record["test_log_likelihood"]}
-        releases.append(release)
+        # tables that ended with no rows were never written nor scored: they have no row here, the release does
+        releases.append(release | {"empty_tables": len(record.get("empty_tables", []))})
         tables += [release | {k: v for k, v in row.items() if not k.startswith("per_column")
                               and k not in ("tstr_per_classifier", "mia_unresolvable_fprs")}
                    for row in evaluation["rows"]]
     tables, releases = pd.DataFrame(tables), pd.DataFrame(releases)
-    # a table whose every sampled row was non-finite has no fidelity: its columns are empty, never absent
-    # (and a raw table, or an evaluation from before the attack, has no membership inference)
-    tables = tables.reindex(columns=list(dict.fromkeys([*tables.columns, *FIDELITY, *MIXED, *MIA])))
+    # a table whose every sampled row was non-finite has no fidelity: its columns are empty, never absent (and a raw
+    # table, or an evaluation from before the attack, has no membership inference); a run whose every table ended
+    # with no rows has a table of results with its columns and no row
+    base = [*RELEASE_COLUMNS, "synthesizer", "job_id", "imputation", "run", "nonfinite_rows_dropped",
+            "test_log_likelihood", "release", "truncated", "rows"]
+    tables = tables.reindex(columns=list(dict.fromkeys([*tables.columns, *base, *FIDELITY, *MIXED, *MIA])))
+    tables["truncated"] = tables["truncated"].eq(True)
     if releases["synthesizer"].nunique() > 1:  # one column per (synthesizer, budget)
         for frame in (tables, releases):
             frame["budget_label"] = frame["synthesizer"] + " " + frame["budget_label"]
@@ -87,6 +94,8 @@ def su2023_table(results: pd.DataFrame, originals: pd.DataFrame, metric: str) ->
     """Rows (truncation, imputation | mean), columns Original and each budget: "mean (sd)" over runs x releases,
     as Su et al. 2023, Tables 2-3 (the mean row averages over all imputations' tables)."""
     budgets = _budget_order(results["budget_label"])
+    if metric not in results:  # no table was scored (every one ended with too few rows): blank cells, not KeyError
+        results = results.assign(**{metric: float("nan")})
     out = []
     for truncated in (False, True):
         part = results[results["truncated"] == truncated]
@@ -203,6 +212,12 @@ def _markdown(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def write_results_csv(results: pd.DataFrame, path: Path) -> None:
+    """``results.csv``: for people, who open it in a spreadsheet, so formula-looking text is written as text
+    (:func:`privehr.io.spreadsheet.spreadsheet_safe`); numbers, booleans and blanks are written as they are."""
+    spreadsheet_safe(results).to_csv(path, index=False)
+
+
 @task(name="synthesis-report")
 def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths: list[str], config) -> dict:
     """Write the report files and artifacts; return a summary of counts and paths (no patient values)."""
@@ -211,7 +226,7 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
     originals = pd.DataFrame([json.loads(Path(p).read_text()) for p in original_paths])
     chance = chance_threshold(originals)
     results = flag_chance(results, chance)
-    results.to_csv(run.results, index=False)
+    write_results_csv(results, run.results)
     spec = load_ehr_spec(config.spec)
     label, target, excluded = config.targets(spec)
     order = _budget_order(results["budget_label"])
@@ -233,6 +248,8 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
     if target is not None:
         tables["rf_mse"] = su2023_table(results, originals, "rf_mse")
         utility_sections += [f"## Random forest MSE, {target} (Su et al. 2023)", _markdown(tables["rf_mse"])]
+    # releases whose every table ended with no rows, or some of them: spent, not scored, not bundled; one line each
+    empty = [n for n in (json.loads(Path(p).read_text()).get("empty_note") for p in record_paths) if n]
     if not utility_sections:
         utility_sections = ["## Utility", "No target: name a binary column under the spec's targets.classification "
                             "(or pass --classification-target) for the train-on-synthetic, test-on-real models."]
@@ -242,10 +259,10 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
     costs = releases.groupby("budget_label")[["synthesizer", *RELEASE_COLUMNS[1:]]].first().join(
         releases.groupby("budget_label")["test_log_likelihood"].mean()).reindex(
         _budget_order(releases["budget_label"])).reset_index()
-    figure = plot_synthesis_utility(results, originals, order, run.figure("utility_vs_budget"),
-                                    ([("tstr_auroc", f"TSTR AUROC ({label})"), ("svm_accuracy", f"SVM accuracy ({label})")]
-                                     if label is not None else []) + ([("rf_mse", f"RF MSE ({target})")]
-                                                                      if target is not None else []))
+    plotted = ([("tstr_auroc", f"TSTR AUROC ({label})"), ("svm_accuracy", f"SVM accuracy ({label})")]
+               if label is not None else []) + ([("rf_mse", f"RF MSE ({target})")] if target is not None else [])
+    figure = None if results.empty else plot_synthesis_utility(  # no table scored: no figure
+        results, originals, order, run.figure("utility_vs_budget"), plotted)
     train, _, summary = imputed_tables(run_dir, 0)
     public_count = spec.public_patient_count
     marginals = _marginal_figures(run.root, results, train, summary, spec)
@@ -288,6 +305,7 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
         f"{', '.join(SYNTHESIZER_NAMES[s] for s in synthesizers)})",
         f"{len(releases)} releases, {len(results)} synthetic tables (raw, and decoded to the spec: categories, "
         "integers, bounds). Utility inputs leave out " + (", ".join(excluded) if excluded else "no column") + ".",
+        *([f"**Warning: tables with no rows**: {'; '.join(empty)}."] if empty else []),
         *utility_sections,
         "## Mixed-type fidelity (decoded tables vs real training patients, as Lee et al. 2022: TV of discrete "
         "columns, Kendall-tau matrix RMSE / MAE, share of values that are no valid value of their column)",
@@ -308,7 +326,8 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
         create_markdown_artifact(markdown, key="privehr-synthesis-report", description="synthesis report")
         create_table_artifact(json.loads(costs.to_json(orient="records")), key="privehr-synthesis-releases",
                               description="synthesis releases: synthesizer, mechanism, sigma, q, T, delta, epsilon, mu")
-    run_logger().info("synthesis report: %d releases, %d tables", len(releases), len(results))
+    run_logger().info("synthesis report: %d releases, %d tables%s", len(releases), len(results),
+                      f" ({len(empty)} release(s) with tables that ended with no rows)" if empty else "")
     return {"run_dir": run_dir, "report": str(run.report_md), "results": str(run.results),
             "flows": int(len(releases)), "tables": int(len(results)), "synthesizers": synthesizers,
             "targets": {"classification": label, "regression": target, "excluded_features": excluded},
@@ -317,7 +336,7 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
             "membership_inference": json.loads(membership_table(results, order).to_json(orient="records")),
             "mean_svm_accuracy_by_budget": {b: float(v) for b, v in raw_accuracy(results, "svm_accuracy").items()},
             "mean_tstr_auroc_by_budget": {b: float(v) for b, v in raw_accuracy(results, "tstr_auroc").items()},
-            "tstr_chance": chance,
+            "tstr_chance": chance, "empty_releases": empty,
             "tstr_no_better_than_chance": int(results.get("tstr_no_better_than_chance",
                                                           pd.Series(dtype=object)).fillna(False).astype(bool).sum())}
 
@@ -356,5 +375,5 @@ def raw_accuracy(results: pd.DataFrame, metric: str = "svm_accuracy") -> pd.Seri
     """Mean ``metric`` of the raw (untruncated) tables per budget, loosest budget first (empty without it)."""
     if metric not in results:
         return pd.Series(dtype=float)
-    raw = results[~results["truncated"]].groupby("budget_label")[metric].mean()
+    raw = results[~results["truncated"].astype(bool)].groupby("budget_label")[metric].mean()  # read back empty: object
     return raw.reindex(_budget_order(raw.index))

@@ -236,6 +236,9 @@ def _own_table_cases(tmp: Path, run: list[str]) -> dict:
                                  "data: not a mapping"),
         "serve_port_70000": (["serve", "--port", "70000"], None, 2, "--port 70000 is not a port"),
         "serve_port_negative": (["serve", "--port", "-1"], None, 2, "--port -1 is not a port"),
+        # 9. serve on every interface: served (exit 0, stopped at once by Ctrl-C), with the one-line warning
+        "serve_all_interfaces": (["serve", "--host", "0.0.0.0", "--port", "0"], None, 0,
+                                 "privehr: warning: listening on 0.0.0.0, beyond this machine's loopback"),
         # 6. a ledger edited by hand: refused naming the line, before anything is read
         "ledger_tampered": (synth, table, 2, "tamper check at line 1"),
         # 8. an epsilon far above the ceiling
@@ -270,7 +273,28 @@ def _own_table_cases(tmp: Path, run: list[str]) -> dict:
     }
 
 
-PREPARE = {"ledger_tampered": _tampered_ledger}
+def _artifacts_with_a_run(home: Path) -> None:
+    """The artifacts directory ``serve`` serves, with one run's report."""
+    (home / "artifacts" / "run-a").mkdir(parents=True)
+    (home / "artifacts" / "run-a" / "report.html").write_text("<p>report</p>\n")
+
+
+def _serve_stopped_at_once(monkeypatch) -> None:
+    """``serve`` binds as a user's would, then stops as at Ctrl-C once it serves: the test goes on."""
+    from privehr.cli import serve
+    from privehr.io.pages import serve_artifacts
+
+    def bound_then_interrupted(root, host, port):
+        server = serve_artifacts(root, host, port)
+        server.serve_forever = lambda: (_ for _ in ()).throw(KeyboardInterrupt)
+        return server
+
+    monkeypatch.setattr(serve, "serve_artifacts", bound_then_interrupted)
+
+
+PREPARE = {"ledger_tampered": _tampered_ledger, "serve_all_interfaces": _artifacts_with_a_run}
+# cases whose command would not return by itself (a server): patched in this process to stop as a user would
+STOP = {"serve_all_interfaces": _serve_stopped_at_once}
 
 
 FLOWS_RAN = {"semicolon", "text_labels", "short_stays", "patient_twice", "derived_source_missing", "delta_half"}
@@ -281,7 +305,8 @@ CASES = ["semicolon", "text_labels", "short_stays", "patient_twice", "derived_so
 EARLY = ["invalid_yaml", "unwritable_artifacts", "unwritable_ledger", "missing_file", "run_id_dotdot_resume", "run_id_dot", "run_id_dots", "run_id_path", "quarantined_whole", "one_class_target",
          "spec_attribute_twice", "spec_bounds_reversed", "spec_code_execution", "spec_bound_nan", "spec_bound_inf",
          "settings_errors", "config_key_twice", "spec_key_twice", "privacy_scalar_and_delta", "mice_scalar_and_m",
-         "data_scalar_and_data", "serve_port_70000", "serve_port_negative", "ledger_tampered", "epsilon_1e9",
+         "data_scalar_and_data", "serve_port_70000", "serve_port_negative", "serve_all_interfaces", "ledger_tampered",
+         "epsilon_1e9",
          "mu_above_ceiling",
          "epsilon_0", "epsilon_negative", "epsilon_nan", "epsilon_inf", "delta_0", "delta_1", "csv_empty",
          "csv_header_only", "csv_tab", "csv_utf16", "csv_ragged", "h5_empty", "h5_text", "h5_truncated",
@@ -347,6 +372,8 @@ def test_bad_input_refused_before_prefect_starts(case, early_cases, capsys, monk
     ledger_before = ledger.read_bytes() if ledger.exists() else None
     monkeypatch.chdir(home / "cwd")
     monkeypatch.delenv("PRIVEHR_LEDGER", raising=False)
+    if case in STOP:
+        STOP[case](monkeypatch)
     argv = [a.replace("{input}", str(raw)) for a in argv] + ["--json"]
     if "--artifacts-dir" not in argv:
         argv += ["--artifacts-dir", str(home / "artifacts")]
@@ -396,6 +423,9 @@ def _check(case, status, words, raw, before, out, run) -> None:
         assert message and "\n" not in message
         assert [line for line in out.stderr.splitlines() if line.startswith("privehr: error:")] == [
             f"privehr: error: {message}"], repr(out.stderr[-1500:])
+    if words.startswith("privehr: warning:"):  # a warning, not an error: one line of its own, and no error line
+        assert sum(line.startswith(words) for line in out.stderr.splitlines()) == 1, out.stderr[-1500:]
+        assert not [line for line in out.stderr.splitlines() if line.startswith("privehr: error:")]
     if raw:
         assert hashlib.sha256(raw.read_bytes()).hexdigest() == before
     # nothing outside <artifacts>/<run> (and Prefect's own home); the working directory stays empty

@@ -79,6 +79,7 @@ def synthesize_command(args) -> int:
     target = summary["targets"]["classification"]
     emit(args, summary, "\n".join([
         f"{summary['flows']} releases ({', '.join(summary['synthesizers'])}), {summary['tables']} synthetic tables",
+        *(f"  warning: {note}" for note in summary.get("empty_releases", [])),  # spent, not scored, not bundled
         *([f"  mean TSTR AUROC for {target} (nine classifiers; train on synthetic, test on real) by budget: "
            f"{means('mean_tstr_auroc_by_budget')}",
            f"  mean SVM accuracy for {target} by budget: {means('mean_svm_accuracy_by_budget')}"] if target else

@@ -6,6 +6,11 @@ the cells a delivery got wrong, so it holds whatever the delivery held. Such tex
 leading ``'`` (OWASP's advice for CSV injection): the spreadsheet shows the text and runs nothing. Numbers are not
 text: ``-3.5`` and ``+2e3`` stay numbers. Only files meant for people are escaped; files code reads back are not.
 
+Escaped: the quarantine CSVs (``quarantine/<delivery>/<table>.csv``) and a synthesis run's ``results.csv``. Written
+as they are, because code reads them back as data: the synthetic tables (``synthetic/``, the bundle's ``tables/``:
+the spec's category labels, which the evaluation and a partner's code map back; the bundle names the columns whose
+labels a spreadsheet would run), the split and imputed tables under ``intermediate/`` and ``excluded_stays.csv``.
+
 >>> escape_cell("=cmd|' /C calc'!A0"), escape_cell("-3.5"), escape_cell(-3.5), escape_cell("-inf")
 ("'=cmd|' /C calc'!A0", '-3.5', -3.5, "'-inf")
 """

@@ -290,6 +290,7 @@ def validate_extract(hdf5_path: str | Path, run_dir: str | Path, spec: MimicExtr
         "hourly_rows": hourly_rows, "variables": int(len(variables)),
         "values_beyond_outlier": int((hourly_q["column"] != "hours_in").sum()),
         "excluded_stays": int(len(excluded))})
+    # data: the cohort task reads it back (stay ids, and reasons this module writes); not escaped for a spreadsheet
     excluded.rename("reason").reset_index().to_csv(dirs[1] / EXCLUDED_STAYS, index=False)
     return summary
 
