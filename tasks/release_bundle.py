@@ -94,8 +94,9 @@ def _evaluate(run: RunLayout, row: FitRow, test: dict, config: PipelineConfig, r
     entry = reserved.plan.ledger_entry(noise.guarantee, "DP evaluation")
     release = record_release(config.privacy.ledger_path, reserved.reservation, entry).release
     metrics = metrics_from_histograms(histograms, config.evaluation.confidence, config.release.interval_resamples)
+    # the evaluation's own epsilon beside its metrics: what the card's "not informative at epsilon ..." cites
     evaluation = {"release": release, "model_release": row.release, "histograms": histograms.as_dict(),
-                  "metrics": metrics.as_dict(), "plan": reserved.plan.record()}
+                  "metrics": metrics.as_dict() | {"epsilon": reserved.plan.epsilon}, "plan": reserved.plan.record()}
     saved.parent.mkdir(exist_ok=True)
     saved.write_text(strict_dumps(evaluation, indent=1))
     return evaluation

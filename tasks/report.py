@@ -18,6 +18,7 @@ from privehr.core.records import FitRow
 from privehr.core.run_layout import RunLayout
 from privehr.core.config import Cell, EvaluationConfig, PagesConfig, PrivacyConfig
 from privehr.tasks.evaluation import TestEvaluation, calibration_bins, cell_key, evaluate_cells
+from privehr.io.spreadsheet import spreadsheet_safe
 from privehr.io.figures import plot_auroc_vs_epsilon, plot_expm_boxplots, plot_reliability, plot_subgroup_cost
 from privehr.core.strict_json import strict_dumps, strict_json
 from privehr.io.pages import page_url
@@ -260,7 +261,10 @@ def _bundle_lines(run: RunLayout, runs: list[dict]) -> str:
     f = lambda v: "n/a" if v is None or v != v else f"{v:.3f}"  # noqa: E731
     for m in card["models"]:
         e, (low, high) = m["evaluation"], m["evaluation"]["intervals"]["auroc"]
-        lines.append(f"| {m['cell_id']} | {f(e['auroc'])} [{f(low)}, {f(high)}] | {f(exact.get(m['cell_id']))} |")
+        needed = (e.get("needed_records") or {}).get("auroc")
+        dp = f"{f(e['auroc'])} [{f(low)}, {f(high)}]" if (e.get("informative") or {}).get("auroc", True) else \
+            f"not informative [{f(low)}, {f(high)}]" + (f", needs about {needed:,} test stays" if needed else "")
+        lines.append(f"| {m['cell_id']} | {dp} | {f(exact.get(m['cell_id']))} |")
     return "\n".join(lines) + "\n\n"
 
 
@@ -275,9 +279,9 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
     run_dir, run = Path(run_dir), RunLayout(run_dir)
     runs = [FitRow.model_validate(r).model_dump(exclude_unset=True) for r in runs]  # typed rows, as written
     frame = pd.DataFrame(runs)
-    frame.to_csv(run.results_runs, index=False)
+    spreadsheet_safe(frame).to_csv(run.results_runs, index=False)  # for people: formula-like cells escaped
     summary = summarise_grid(frame)
-    summary.to_csv(run.results, index=False)
+    spreadsheet_safe(summary).to_csv(run.results, index=False)
     figure = plot_auroc_vs_epsilon(summary, run.figure("auroc_vs_epsilon"))
     boxplots = plot_expm_boxplots(_expm_draws(run_dir, runs), run.figure("expm_nf_auroc_boxplots"))
     rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}

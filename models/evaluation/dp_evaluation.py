@@ -17,12 +17,20 @@ Stoddard, Chen, Machanavajjhala, "Differentially private algorithms for empirica
 (arXiv:1411.5428, 2014); Boyd, Lantz, Page, "Differential Privacy for Classifier Evaluation" (AISec
 2015) study private AUROC and average precision directly.
 
-The point estimates use the noisy counts as released, *not* clamped at 0: AUROC's numerator and
-denominator are bilinear in the two classes' independent noise and the record and class counts are
-linear, so all are unbiased (AUPRC, a sum of ratios, nearly so). Clamping each cell instead adds about
+AUROC and AUPRC use the noisy counts as released, *not* clamped at 0: AUROC's numerator and
+denominator are bilinear in the two classes' independent noise, so it is unbiased (AUPRC, a sum of
+ratios, nearly so), and both are ratios clipped to [0, 1]. Clamping each cell instead adds about
 0.4 sigma phantom records to every empty cell, positives at the lowest scores and negatives at the
-highest, which drags AUROC towards 1/2 (by about 0.05 at sigma = 5, 50 bins and 2000 records). A class
-with under one noisy record counts as absent: its metrics are nan. Ratios are clipped to [0, 1].
+highest, which drags AUROC towards 1/2 (by about 0.05 at sigma = 5, 50 bins and 2000 records). What is
+shown as counts or rates (the reliability table, prevalence, ECE) is read off a valid table: each class's
+noisy counts projected onto non-negative counts with the same total (below), so no bin holds a negative
+count or a rate outside [0, 1]. A class with under one noisy record counts as absent: its metrics are nan.
+
+**Saying what it knows.** A metric whose interval is wider than ``informative_width`` (0.2) is flagged not
+informative, with about how many test records would narrow it to that width at the same noise: the
+bootstrap is run apart for the noise alone and for the sampling alone, the noise's width scales as 1/n and
+the sampling's as 1/sqrt(n), and :func:`needed_records` solves for n. The card prints such a metric as "not
+informative", never as a number.
 
 **What the bins cost.** The ranking inside a bin is lost: the AUROC of binned scores is that of scores
 rounded to their bin, not the exact one (about 0.01 lower at 20 bins in simulation, less with more bins,
@@ -60,7 +68,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["score_edges", "NoisyHistograms", "noisy_histograms", "DPMetrics", "metrics_from_histograms"]
+__all__ = ["score_edges", "NoisyHistograms", "noisy_histograms", "DPMetrics", "metrics_from_histograms",
+           "needed_records", "INFORMATIVE_WIDTH"]
 
 
 def score_edges(bins: int) -> np.ndarray:
@@ -119,11 +128,18 @@ class DPMetrics:
     reliability: list[dict]
     intervals: dict[str, tuple[float, float]]
     confidence: float
+    #: per metric: whether its interval is at most ``informative_width`` wide (else it is not reported as a number)
+    informative: dict[str, bool] = None
+    #: per uninformative metric: about how many test records would make its interval that narrow at this noise
+    needed_records: dict[str, int | None] = None
+    informative_width: float = math.nan
 
     def as_dict(self) -> dict:
         return {"auroc": self.auroc, "auprc": self.auprc, "prevalence": self.prevalence, "records": self.records,
                 "ece": self.ece, "reliability": [dict(b) for b in self.reliability],
-                "intervals": {k: [lo, hi] for k, (lo, hi) in self.intervals.items()}, "confidence": self.confidence}
+                "intervals": {k: [lo, hi] for k, (lo, hi) in self.intervals.items()}, "confidence": self.confidence,
+                "informative": dict(self.informative or {}), "needed_records": dict(self.needed_records or {}),
+                "informative_width": self.informative_width}
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -200,16 +216,45 @@ def _interval(replicates: np.ndarray, point: float, centre: float, confidence: f
     return float(np.clip(low, 0, 1)), float(np.clip(high, 0, 1))
 
 
+#: a DP metric whose interval is wider than this is reported as not informative, not as a number
+INFORMATIVE_WIDTH = 0.2
+
+
+def _width(replicates: np.ndarray, confidence: float) -> float:
+    replicates = replicates[np.isfinite(replicates)]
+    if not replicates.size:
+        return math.nan
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(replicates, [tail, 100 - tail])
+    return float(high - low)
+
+
+def needed_records(noise_width: float, sampling_width: float, records: float, width: float) -> int | None:
+    """About how many test records would make an interval ``width`` wide, from the widths the DP noise and the test
+    sampling give it alone at ``records``: the noise's part scales as 1/n (the counts grow with n, the noise does
+    not), the sampling's as 1/sqrt(n), and the two add in quadrature; solved for n (the score and label distribution
+    held fixed). None where nothing can be computed."""
+    a, b = noise_width ** 2, sampling_width ** 2
+    if not (math.isfinite(a) and math.isfinite(b) and records > 0 and width > 0) or a + b <= 0:
+        return None
+    x = width ** 2 / b if a == 0 else (-b + math.sqrt(b * b + 4 * a * width ** 2)) / (2 * a)  # x = n / n'
+    return int(math.ceil(records / x)) if x > 0 else None
+
+
 def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamples: int = 1000,
                             rng: np.random.Generator | None = None, min_bin_records: float = 10.0,
-                            groups: int = 10) -> DPMetrics:
+                            groups: int = 10, informative_width: float = INFORMATIVE_WIDTH) -> DPMetrics:
     """AUROC, AUPRC, prevalence, record count, ECE and a reliability table, with parametric-bootstrap intervals.
 
     Reliability groups: the score bins grouped by their midpoint into ``groups`` equal parts of [0, 1] (public
-    and fixed); each group's noisy records and positives, and its observed rate (their ratio, not clipped) where
-    it holds at least ``min_bin_records`` noisy records, else None. ECE is over the groups, weighted by their
-    noisy mass. A metric whose class has under one noisy record is nan, and so is its interval. ``rng`` only
-    drives the bootstrap (public; default seed 0).
+    and fixed); each group's records and positives in the valid table (the noisy counts projected onto
+    non-negative ones with the same class totals), and its observed rate (in [0, 1]) where it holds at least
+    ``min_bin_records`` records, else None. Prevalence and ECE are read off the valid table too; AUROC and AUPRC off
+    the noisy counts as released (unbiased; a ratio clipped to [0, 1]: the valid table's AUROC is biased towards
+    1/2 by about 0.03 at sigma 3-5). A metric whose class has under one noisy record is nan, and so is its interval.
+    A metric whose interval is wider than ``informative_width`` is flagged not informative, with about how many
+    test records would narrow it to that width (:func:`needed_records`, from the noise's and the sampling's
+    widths bootstrapped apart). ``rng`` only drives the bootstrap (public; default seed 0).
     """
     if not 0 < confidence < 1:
         raise ValueError("confidence must lie strictly between 0 and 1")
@@ -226,23 +271,39 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
     starts = _groups(edges, groups)
     stops = np.append(starts[1:], bins)
     predicted = (edges[starts] + edges[stops]) / 2
+    if not informative_width > 0:
+        raise ValueError("informative_width must be positive")
+    valid_neg, valid_pos = _nonnegative(neg), _nonnegative(pos)  # post-processing: counts >= 0, rates in [0, 1]
     reliability = []
     for a, b, mid in zip(starts, stops, predicted):
-        records, positives = float(neg[a:b].sum() + pos[a:b].sum()), float(pos[a:b].sum())
+        records, positives = float(valid_neg[a:b].sum() + valid_pos[a:b].sum()), float(valid_pos[a:b].sum())
         reliability.append({"low": float(edges[a]), "high": float(edges[b]), "mean_predicted": float(mid),
                             "records": records, "positives": positives,
                             "observed_rate": positives / records if records >= min_bin_records else None})
-    point = {k: float(v) for k, v in _metrics(neg, pos, starts, predicted).items()}
+    raw = _metrics(neg, pos, starts, predicted)
+    valid = _metrics(valid_neg, valid_pos, starts, predicted)
+    point = {k: float(raw[k] if k in ("auroc", "auprc") else valid[k]) for k in raw}
 
     intervals = {k: (math.nan, math.nan) for k in point}
-    cells = np.concatenate([_nonnegative(neg), _nonnegative(pos)])
+    informative = {k: False for k in point}
+    needed: dict[str, int | None] = {k: None for k in point}
+    cells = np.concatenate([valid_neg, valid_pos])
     draws = int(round(cells.sum()))
     if draws > 0:
         centre = _metrics(cells[:bins], cells[bins:], starts, predicted)
         counts = rng.multinomial(draws, cells / cells.sum(), size=resamples)
-        noisy = counts + rng.normal(0.0, h.noise_multiplier, counts.shape)
+        noise = rng.normal(0.0, h.noise_multiplier, counts.shape)
+        noisy = counts + noise
         replicates = _metrics(noisy[:, :bins], noisy[:, bins:], starts, predicted)
         intervals = {k: _interval(replicates[k], point[k], float(centre[k]), confidence, reflect=k == "ece")
                      for k in point}
+        sampling = _metrics(counts[:, :bins].astype(float), counts[:, bins:].astype(float), starts, predicted)
+        noise_only = _metrics(cells[:bins] + noise[:, :bins], cells[bins:] + noise[:, bins:], starts, predicted)
+        for k, (low, high) in intervals.items():
+            informative[k] = bool(math.isfinite(low) and math.isfinite(high) and high - low <= informative_width)
+            if not informative[k]:
+                needed[k] = needed_records(_width(noise_only[k], confidence), _width(sampling[k], confidence),
+                                           cells.sum(), informative_width)
     return DPMetrics(point["auroc"], point["auprc"], point["prevalence"], max(float(neg.sum() + pos.sum()), 0.0),
-                     point["ece"], reliability, intervals, float(confidence))
+                     point["ece"], reliability, intervals, float(confidence), informative, needed,
+                     float(informative_width))

@@ -392,6 +392,22 @@ def _render_tables_card(card: dict) -> str:
     return "\n".join(lines)
 
 
+def _informs(e: dict, key: str) -> bool:
+    """Whether the card may print metric ``key`` of DP evaluation ``e`` as a number (a bundle made before the flag
+    existed prints every metric, as it did)."""
+    return (e.get("informative") or {}).get(key, True)
+
+
+def _dp_metric(e: dict, key: str, name: str) -> str:
+    """One DP metric as the card prints it: the number and its interval, or why there is no number."""
+    low, high = e["intervals"][key]
+    if _informs(e, key):
+        return f"{name} {_fmt(e[key])} [{_fmt(low)}, {_fmt(high)}]" if key != "ece" else f"{name} {_fmt(e[key])}"
+    needed = (e.get("needed_records") or {}).get(key)
+    return (f"{name} not informative (interval [{_fmt(low)}, {_fmt(high)}]"
+            + (f"; about {needed:,} test stays would narrow it to {e['informative_width']:g})" if needed else ")"))
+
+
 def render_card(card: dict) -> str:
     """The bundle's card as Markdown (the conventions of Mitchell et al. 2019's model cards; a synthesis run's
     bundle has a card of its tables)."""
@@ -408,15 +424,20 @@ def render_card(card: dict) -> str:
              "## Models and their DP evaluation", ""]
     for m in card["models"]:
         e = m["evaluation"]
-        ci = e["intervals"]
         lines += [f"### {m['cell_id']}", "",
                   f"- Label: {m['label']} ({m['label_definition']}); model: {m['model']}; trained by DP-SGD "
                   f"(sigma {m['plan']['noise_multiplier']:.3g}, q {m['plan']['sample_rate']:.3g}, "
                   f"{m['plan']['steps']} steps, clip {m['plan']['max_grad_norm']:g}); epsilon "
                   f"{_fmt(m['plan']['epsilon'])} alone.",
-                  f"- AUROC {_fmt(e['auroc'])} [{_fmt(ci['auroc'][0])}, {_fmt(ci['auroc'][1])}], AUPRC "
-                  f"{_fmt(e['auprc'])} [{_fmt(ci['auprc'][0])}, {_fmt(ci['auprc'][1])}], prevalence "
-                  f"{_fmt(e['prevalence'])}, ECE {_fmt(e['ece'])} ({round(e['confidence'] * 100)} % intervals: "
-                  "test sampling and DP noise).", ""]
+                  f"- DP evaluation on about {e['records']:.0f} test stays"
+                  + (f" at epsilon {_fmt(e['epsilon'])}" if e.get("epsilon") is not None else "") + ": "
+                  + ", ".join(_dp_metric(e, key, name) for key, name in
+                              (("auroc", "AUROC"), ("auprc", "AUPRC"), ("prevalence", "prevalence"), ("ece", "ECE")))
+                  + f" ({round(e['confidence'] * 100)} % intervals: test sampling and DP noise).", ""]
+        silent = [name for key, name in (("auroc", "AUROC"), ("auprc", "AUPRC")) if not _informs(e, key)]
+        if silent:
+            lines[-1:] = [f"- {' and '.join(silent)} not informative: the DP noise and this many test stays leave "
+                          f"an interval wider than {e['informative_width']:g}; they are not results. More test "
+                          "stays or a larger evaluation epsilon (release.evaluation_epsilon) narrow it.", ""]
     lines += ["## Intended use and limits", "", *[f"- {item}" for item in card["intended_use"]], ""]
     return "\n".join(lines)

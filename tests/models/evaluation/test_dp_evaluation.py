@@ -171,3 +171,42 @@ def test_releases_serialise_and_the_default_bootstrap_is_reproducible():
     text = json.dumps({"histograms": h.as_dict(), "metrics": first.as_dict()})
     assert json.loads(text)["histograms"]["noise_multiplier"] == 1.0
     assert len(json.loads(text)["histograms"]["edges"]) == 21
+
+
+def test_a_metric_is_informative_only_when_its_interval_is_narrow_and_the_needed_count_is_computed():
+    """At sigma 3 and 400 test records (about 40 positives) the AUROC interval is wide: flagged, with the number of
+    records that would narrow it to 0.2; a test split of that size, at the same noise, gives about that width."""
+    width = 0.2
+    p, y = binormal(400, np.random.default_rng(3), prevalence=0.1)
+    few = metrics_from_histograms(noisy_histograms(p, y, 30, 3.0, np.random.default_rng(4)), resamples=400)
+    low, high = few.intervals["auroc"]
+    assert high - low > width and few.informative["auroc"] is False
+    needed = few.needed_records["auroc"]
+    assert needed is not None and needed > 400
+    p, y = binormal(needed, np.random.default_rng(5), prevalence=0.1)
+    enough = metrics_from_histograms(noisy_histograms(p, y, 30, 3.0, np.random.default_rng(6)), resamples=400)
+    low, high = enough.intervals["auroc"]
+    assert 0.5 * width < high - low < 1.5 * width  # the bound is computed, within its approximation
+    p, y = binormal(20000, np.random.default_rng(7))
+    plenty = metrics_from_histograms(noisy_histograms(p, y, 30, 1.0, np.random.default_rng(8)), resamples=200)
+    assert plenty.informative["auroc"] and plenty.needed_records["auroc"] is None
+    assert plenty.as_dict()["informative"]["auroc"] is True
+
+
+def test_counts_and_rates_shown_are_valid_however_loud_the_noise():
+    p, y = binormal(300, np.random.default_rng(9), prevalence=0.07)
+    for seed in range(20):
+        m = metrics_from_histograms(noisy_histograms(p, y, 30, 5.0, np.random.default_rng(seed)), resamples=50,
+                                    min_bin_records=1.0)
+        assert 0 <= m.prevalence <= 1 or np.isnan(m.prevalence)
+        for group in m.reliability:
+            assert group["records"] >= 0 and 0 <= group["positives"] <= group["records"] + 1e-9
+            assert group["observed_rate"] is None or 0 <= group["observed_rate"] <= 1
+
+
+def test_needed_records_scales_the_noise_as_one_over_n_and_the_sampling_as_one_over_root_n():
+    from privehr.models.evaluation.dp_evaluation import needed_records
+
+    assert needed_records(0.4, 0.0, 100, 0.2) == 200      # noise alone: twice the records halve the width
+    assert needed_records(0.0, 0.4, 100, 0.2) == 400      # sampling alone: four times the records
+    assert needed_records(float("nan"), 0.1, 100, 0.2) is None

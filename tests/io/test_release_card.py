@@ -1,0 +1,44 @@
+"""The model card prints a DP metric as a number only when its interval is informative (issue 41, item 1)."""
+
+import numpy as np
+
+from privehr.io.release_bundle import render_card
+from privehr.models.evaluation.dp_evaluation import metrics_from_histograms, noisy_histograms
+
+
+def _card(evaluation: dict) -> dict:
+    return {"title": "t", "summary": "s",
+            "privacy": {"guarantee": "DP", "releases": 3, "delta": 1e-5, "epsilon_prv": 1.0, "epsilon_rdp": 1.1,
+                        "epsilon_pld": 0.9, "covers": [], "not_covered": []},
+            "cohort": {"window_hours": 24, "variables": 104, "definition": "d"},
+            "counts": {"source": "dp", "stays": {"test": 400}},
+            "models": [{"cell_id": "mort_icu-grud-dp_sgd-bce-eps1", "label": "mort_icu", "label_definition": "x",
+                        "model": "grud", "plan": {"noise_multiplier": 1.0, "sample_rate": 0.05, "steps": 100,
+                                                  "max_grad_norm": 1.0, "epsilon": 1.0},
+                        "evaluation": evaluation}],
+            "intended_use": []}
+
+
+def _evaluation(n, sigma, seed):
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.1).astype(int)
+    p = 1 / (1 + np.exp(-rng.normal(-2 + 1.5 * y, 1.0)))
+    m = metrics_from_histograms(noisy_histograms(p, y, 30, sigma, np.random.default_rng(seed + 1)), resamples=300)
+    return m.as_dict() | {"epsilon": 0.5}
+
+
+def test_an_uninformative_metric_is_said_to_be_so_and_never_printed_as_a_result():
+    noisy = _evaluation(300, 5.0, 1)
+    assert noisy["informative"]["auroc"] is False
+    text = render_card(_card(noisy))
+    assert "AUROC not informative (interval [" in text and "test stays would narrow it to 0.2" in text
+    assert f"AUROC {noisy['auroc']:.3f} [" not in text  # the noisy point estimate is not presented as a result
+    assert "at epsilon 0.500" in text and "they are not results" in text
+
+
+def test_an_informative_metric_is_printed_with_its_interval():
+    clear = _evaluation(20000, 1.0, 3)
+    assert clear["informative"]["auroc"] is True
+    low, high = clear["intervals"]["auroc"]
+    text = render_card(_card(clear))
+    assert f"AUROC {clear['auroc']:.3f} [{low:.3f}, {high:.3f}]" in text and "AUROC not informative" not in text
