@@ -81,7 +81,8 @@ def main() -> None:
         plans.append(ReleasePlan.for_epochs(args.stays, args.batch_size, args.epochs,
                                             target_epsilon=EPSILONS[k % len(EPSILONS)], delta=1e-5))
         hps.append(DPSGDHyperparameters(1e-2, 0.0))
-    initial = [build_classifier(args.model, 104, 24, seed=k, hidden_size=args.hidden_size).to(device) for k in range(args.members)]
+    initial = [build_classifier(args.model, 104, 24, seed=k, hidden_size=args.hidden_size).to(device)
+               for k in range(args.members)]
     # warm-up (CUDA context, kernels, lazy imports) of both paths, not timed
     warm = ReleasePlan.for_epochs(256, 64, 1, target_epsilon=1.0, delta=1e-5)
     warm_inputs = tuple(t[:256] for t in inputs)

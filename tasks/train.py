@@ -71,8 +71,8 @@ from privehr.tasks.progress import progress_artifact
 from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
 
-__all__ = ["search_hyperparameters", "fit_and_evaluate", "fit_group", "batching", "search_configurations", "saved_search", "saved_fit",
-           "fit_key", "trial_key", "search_score_key", "SCORE_RESAMPLES"]
+__all__ = ["search_hyperparameters", "fit_and_evaluate", "fit_group", "batching", "search_configurations",
+           "saved_search", "saved_fit", "fit_key", "trial_key", "search_score_key", "SCORE_RESAMPLES"]
 
 #: interval resamples of a trial's DP dev score: the search reads the point estimate alone (1 is the least
 #: metrics_from_histograms takes; the resampling is public post-processing)
