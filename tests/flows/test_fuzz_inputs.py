@@ -171,7 +171,9 @@ def _check_example(case: dict, root: Path) -> str:
     if case["mutation"] == "derived" and any(h.strip("(") in case["expression"] for h in HOSTILE if len(h) > 3):
         assert code == 2 or "__" not in case["expression"], "a hostile expression ran"
     assert table.read_bytes() == raw  # the input is only read
-    outside = {f for f in _files(root) if f.parts[0] != "artifacts"} - {Path("table.csv"), Path("table.yaml")}
+    # the example's own inputs: the table, its drafted spec and (the scalar-section mutation) the config it wrote
+    outside = {f for f in _files(root) if f.parts[0] != "artifacts"} - {Path("table.csv"), Path("table.yaml"),
+                                                                         Path("config.yaml")}
     assert not outside, outside
     inside = {f.parts[1] for f in _files(root) if f.parts[0] == "artifacts" and len(f.parts) > 2}
     assert inside <= {"validate", "synth", "_static", "privacy_ledger.jsonl.members"}, inside  # the ledger's own
