@@ -46,7 +46,6 @@ import itertools  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -55,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the tables' 
 
 import numpy as np  # noqa: E402
 
-from mixed_type_synthesis import ROOT, SPECS, _reference_module, _split, export_table, load_table  # noqa: E402
+from mixed_type_synthesis import ROOT, SPECS, _reference_module, _split, load_tables  # noqa: E402
 from privehr.core.config import SynthesisConfig  # noqa: E402
 from privehr.models.synthesis import marginal  # noqa: E402
 from privehr.models.synthesis.codec import TableCodec  # noqa: E402
@@ -176,13 +175,7 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore", module="mbi")
     bins = SynthesisConfig().marginal.bins
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = args.data_dir
-        if folder is None:
-            folder = Path(scratch)
-            for name in args.tables:
-                export_table(name, folder)
-        tables = {name: load_table(name, folder) for name in args.tables}
+    tables = load_tables(args.tables, args.data_dir)
     reference = recorded_reference()
     paired = len(args.size_filter) > 1
     rows = []

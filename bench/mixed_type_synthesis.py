@@ -318,6 +318,18 @@ def load_table(name: str, folder: Path) -> dict:
             "tuned_on": name in TUNING_TABLES, "preprocessing": preprocessing}
 
 
+def load_tables(names: list[str], data_dir: Path | None = None) -> dict:
+    """The named tables, read from ``data_dir`` (written by bench/export_sksurv_tables.py) or exported from
+    scikit-survival into a scratch folder first."""
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = data_dir
+        if folder is None:
+            folder = Path(scratch)
+            for name in names:
+                export_table(name, folder)
+        return {name: load_table(name, folder) for name in names}
+
+
 def _split(frame: pd.DataFrame, run: int):
     order = np.random.default_rng(run).permutation(len(frame))
     cut = int(round(0.75 * len(frame)))
@@ -616,13 +628,7 @@ def main() -> None:
         print(f"note: no verdict without {BASELINE!r} among the synthesizers", file=sys.stderr)
     torch.set_num_threads(1)
     started = time.time()
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = args.data_dir
-        if folder is None:
-            folder = Path(scratch)
-            for name in args.tables:
-                export_table(name, folder)
-        tables = {name: load_table(name, folder) for name in args.tables}
+    tables = load_tables(args.tables, args.data_dir)
     config = SynthesisConfig()
     runs = list(range(args.first_run, args.first_run + args.runs))
     cells = [(name, run, None, "train on real") for name in args.tables for run in runs]
