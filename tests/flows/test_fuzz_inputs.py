@@ -91,8 +91,8 @@ def _mutate(spec_path: Path, mutation: str | None, expression: str = "") -> list
         config.write_text("mice: 3\n")
         return ["--config", str(config)]
     if mutation == "key_twice":  # a spec's key given twice: YAML would keep the last silently
-        text = spec_path.read_text()
-        first = text.splitlines()[0]
+        text = spec_path.read_text()  # the first top-level key (a drafted spec opens with comment lines)
+        first = next(line for line in text.splitlines() if line and not line.startswith(("#", " ", "-")))
         spec_path.write_text(text + first + "\n")
         return []
     spec = yaml.safe_load(spec_path.read_text())
