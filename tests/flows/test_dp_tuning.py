@@ -10,6 +10,7 @@ score, and the search chooses by the noisy scores alone (a fake score proves it)
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,8 +30,9 @@ from privehr.simulate.severity_simulator import simulate_extract
 
 CELL = "los_3-logistic_regression-dp_sgd-bce-eps1"
 K = 3
-# los_3 has both classes in plenty in a 600-stay extract's ~60 dev stays; a score epsilon of 2 keeps the noisy dev
-# AUROC finite (a class with under one noisy record would make it nan)
+# los_3 has both classes in a 600-stay extract's 47 dev stays (30 and 17). At a score epsilon of 2 (sigma 2.16 per
+# bin, 10 bins) a class's noisy total falls under one record, and its trial's noisy AUROC is nan (stored as None, ranked
+# last), in about 1 % of trials: the tests below accept that and check the rule, not the luck
 SETTINGS = {"labels": ["los_3"], "data": {"chunk_rows": 4096},
             "training": {"models": ["logistic_regression"], "methods": ["dp_sgd"], "seeds": 1, "search_budget": K,
                          "search_score_epsilon": 2.0,
@@ -86,9 +88,10 @@ def test_dp_tuning_composes_trials_scores_and_the_fit_into_the_bundle(runs):
     assert [t["release"] for t in search["trials"]] == [e.release for e in trials]
     assert [t["score_release"] for t in search["trials"]] == [e.release for e in scores]
     noisy = [t["noisy_dev_auroc"] for t in search["trials"]]
-    assert all(v is not None for v in noisy)  # finite at this score epsilon
+    assert all(v is None or 0 <= v <= 1 for v in noisy)  # None: a class's noisy dev total under one record
     assert noisy != [t["exact_dev_auroc_unused"] for t in search["trials"]]  # a DP release, not the exact AUROC
-    assert search["chosen"] == search["trials"][int(np.argmax(noisy))]["hyperparameters"]
+    ranked = [-np.inf if v is None else v for v in noisy]  # a trial without a finite score ranks last
+    assert search["chosen"] == search["trials"][int(np.argmax(ranked))]["hyperparameters"]
     assert "DP dev AUROC" in search["note"]
 
     bundle = run / "release"
@@ -187,11 +190,12 @@ def test_the_budget_check_reserves_one_score_per_trial(runs, tmp_path, tuning):
         assert not any("/trial" in k or "search-score" in k for k in again)
 
 
-@pytest.mark.parametrize("winner", [0, 2])
-def test_the_search_chooses_by_the_noisy_score_alone(runs, tmp_path, monkeypatch, winner):
-    """The noisy AUROC is replaced by a fake whose argmax is ``winner``: the choice follows it whatever the exact
+@pytest.mark.parametrize(("fakes", "winner"), [([0.9, 0.2, 0.3], 0), ([0.1, 0.2, 0.9], 2), ([math.nan, 0.2, 0.3], 2)])
+def test_the_search_chooses_by_the_noisy_score_alone(runs, tmp_path, monkeypatch, fakes, winner):
+    """The noisy AUROC is replaced by fakes whose best is ``winner``: the choice follows them whatever the exact
     dev AUROC says (two winners: a search that read the exact AUROC would fail at least one of them unless each
-    run's exact argmax happened to be that run's winner)."""
+    run's exact argmax happened to be that run's winner). A nan score (a class's noisy total under one record) ranks
+    last and is stored as None; numpy's argmax would pick it first."""
     import privehr.tasks.train as train
     from privehr.tasks.release_budget import check_privacy_budget
 
@@ -200,7 +204,7 @@ def test_the_search_chooses_by_the_noisy_score_alone(runs, tmp_path, monkeypatch
     config = _config(runs["tmp"], "dp", "dp", tmp_path / "scratch.jsonl")
     cell = Cell(label="los_3", model="logistic_regression", method="dp_sgd", loss="bce", target_epsilon=1.0)
     reservations = check_privacy_budget.fn(run, [cell], config)
-    fake = iter([0.9 if k == winner else 0.1 + 0.1 * k for k in range(K)])
+    fake = iter(fakes)
     seen = []
     monkeypatch.setattr(train, "metrics_from_histograms",
                         lambda h, **kw: seen.append(h) or SimpleNamespace(auroc=next(fake)))
@@ -209,8 +213,8 @@ def test_the_search_chooses_by_the_noisy_score_alone(runs, tmp_path, monkeypatch
     search = json.loads(RunLayout(run).search(CELL).read_text())
     assert len(seen) == K and all(h.negatives.size == config.release.evaluation_bins for h in seen)
     assert chosen == search["trials"][winner]["hyperparameters"]
-    assert [t["noisy_dev_auroc"] for t in search["trials"]] == pytest.approx(
-        [0.9 if k == winner else 0.1 + 0.1 * k for k in range(K)])
+    assert [t["noisy_dev_auroc"] for t in search["trials"]] == [None if math.isnan(v) else pytest.approx(v)
+                                                                for v in fakes]
     # each score entered the ledger before it was used
     assert sorted(e.what for e in read_ledger(tmp_path / "scratch.jsonl") if e.status == "released"
                   and e.what.startswith("search score")) == [f"search score {k}" for k in range(K)]
