@@ -43,7 +43,8 @@ from privehr.core.specs import load_mimic_spec
 from privehr.core.strict_json import strict_dumps
 from privehr.io.bundle_signature import fingerprint, hospital_key, signing_key_path
 from privehr.io.privacy_ledger import read_ledger, record_release
-from privehr.io.release_bundle import BUNDLE_FILES, bundle_total, public_entry, write_manifest
+from privehr.io.release_bundle import (BUNDLE_FILES, bundle_neighbours, bundle_total, dp_claim, public_entry,
+                                       write_manifest)
 from privehr.models.data.hourly_profile import outlier_bounds
 from privehr.models.evaluation.dp_evaluation import metrics_from_histograms, noisy_histograms
 from privehr.models.methods import create_method
@@ -152,8 +153,8 @@ def _guarantee(total: dict, featurizer: str, counts: str, split: str,
     if reasons:
         return "NOT DP end to end: " + "; ".join(reasons), reasons
     declared = " (the record counts declared public: release.record_count)" if counts == "public" else ""
-    return f"DP end to end: (epsilon {total['epsilon_prv'] or total['epsilon_rdp']:.3g}, delta " \
-           f"{total['delta']:.2g}) over everything in this bundle{declared}", reasons
+    claim = dp_claim(total, bundle_neighbours("ICU stay", {"source": counts}, total))
+    return f"DP end to end: {claim} over everything in this bundle{declared}", reasons
 
 
 def _card(config: PipelineConfig, models: list[dict], counts: dict, featurizer: dict, total: dict,
@@ -162,8 +163,8 @@ def _card(config: PipelineConfig, models: list[dict], counts: dict, featurizer: 
     covers = ["the models' weights (DP-SGD), their plans (built from the released record counts), the featurizer's "
               f"statistics ({featurizer['source']}), the record counts ({counts['source']}) and every evaluation "
               "number in this bundle (noisy score histograms)",
-              "the unit is one ICU stay (a record) under add/remove-one neighbours; a patient with k stays in the "
-              "cohort is protected at about k times this epsilon (group privacy)"]
+              "the unit is one ICU stay (a record); a patient with k stays in the cohort is protected at about k "
+              "times this epsilon (group privacy)"]
     not_covered = ["the run's internal report, exact metrics, cohort and split counts: they stay in the hospital",
                    "other releases from the same dataset (other grid cells, earlier runs): the hospital's privacy "
                    "ledger composes them all",
@@ -182,7 +183,8 @@ def _card(config: PipelineConfig, models: list[dict], counts: dict, featurizer: 
     return {"title": ", ".join(m["cell_id"] for m in models), "privacy": {
                 "guarantee": guarantee, "releases": total["releases"], "delta": total["delta"],
                 "epsilon_prv": total["epsilon_prv"], "epsilon_rdp": total["epsilon_rdp"],
-                "epsilon_pld": total["epsilon_pld"], "covers": covers, "not_covered": not_covered},
+                "epsilon_pld": total["epsilon_pld"], "neighbours": bundle_neighbours("ICU stay", counts, total),
+                "covers": covers, "not_covered": not_covered},
             "summary": (f"{len(models)} model(s) predicting from the first {data.window_hours} hours of an ICU stay, "
                         "trained with differential privacy by privehr; every number in this bundle is public or "
                         "differentially private."),

@@ -36,7 +36,7 @@ from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_ehr_spec
 from privehr.core.strict_json import strict_dumps
 from privehr.io.privacy_ledger import read_ledger
-from privehr.io.release_bundle import bundle_total, public_entry, write_manifest
+from privehr.io.release_bundle import bundle_neighbours, bundle_total, dp_claim, public_entry, write_manifest
 from privehr.io.spreadsheet import escape_cell
 from privehr.tasks.release_bundle import signing_key
 from privehr.tasks.run_logging import run_logger
@@ -68,7 +68,7 @@ def _formula_note(columns: list[str]) -> str:
             "spreadsheet's import, or a CSV reader), do not open them with a double-click")
 
 
-def _guarantee(total: dict, missing: str) -> str:
+def _guarantee(total: dict, missing: str, neighbours: dict) -> str:
     reasons = [f"{n} release(s) {label}" for label, n in total["not_dp"].items()] if not total["dp"] else []
     if missing == "mice_first":
         reasons.append("the synthesizers were trained on MICE imputations fitted on all training patients "
@@ -76,8 +76,7 @@ def _guarantee(total: dict, missing: str) -> str:
                        "imputations")
     if reasons:
         return "NOT DP end to end: " + "; ".join(reasons)
-    return f"DP end to end: (epsilon {total['epsilon_prv'] or total['epsilon_rdp']:.3g}, delta " \
-           f"{total['delta']:.2g}) over everything in this bundle"
+    return f"DP end to end: {dp_claim(total, neighbours)} over everything in this bundle"
 
 
 @task(name="synthesis-release-bundle")
@@ -125,12 +124,13 @@ def write_synthesis_bundle(run_dir: str, record_paths: list[str], config: Synthe
         cited |= set(counts["releases"])
     entries = [e for e in read_ledger(config.privacy.ledger_path) if e.release in cited]
     total = bundle_total([public_entry(e) for e in entries], config.privacy.delta)
-    guarantee = _guarantee(total, config.missing)
+    neighbours = bundle_neighbours("patient", counts, total)  # replace-one where the count ships exactly
+    guarantee = _guarantee(total, config.missing, neighbours)
     # the columns of the tables: every attribute of the spec in release; in the papers' order those the training
     # patients' missingness kept (a fact about them, which the card's not-covered list names)
     columns = [a.name for a in spec.attributes] if config.missing == "in_release" else \
         json.loads(run.imputation.read_text())["attributes"]
-    card = _card(config, spec, tables, total, guarantee, counts, columns)
+    card = _card(config, spec, tables, total, guarantee, counts, columns, neighbours)
     if formula:
         card["intended_use"].append(_formula_note(formula))
     every = sorted(cited)
@@ -162,7 +162,7 @@ def _counts(run: RunLayout, config: SynthesisConfig, spec, records: list[dict]) 
 
 
 def _card(config: SynthesisConfig, spec, tables: list[dict], total: dict, guarantee: str,
-          counts: dict | None, columns: list[str]) -> dict:
+          counts: dict | None, columns: list[str], neighbours: dict) -> dict:
     in_release = config.missing == "in_release"
     covers = ["every synthetic table in this bundle is sampled from a DP release (its synthesizer's noise and "
               "sampling from OS entropy) and decoded to the spec's types and bounds (public)"]
@@ -174,7 +174,7 @@ def _card(config: SynthesisConfig, spec, tables: list[dict], total: dict, guaran
                   "record's values in a table without ids), so no patient moves another between them")
     if counts is not None:
         covers.append(f"the patient counts the plans and the tables' size were built from ({counts['source']})")
-    covers.append("the unit is one patient (a row of the table) under add/remove-one neighbours")
+    covers.append("the unit is one patient (a row of the table)")
     not_covered = ["the run's internal report: its utility, fidelity and membership-inference numbers compare the "
                    "synthetic tables with the real patients exactly and stay in the hospital",
                    "other releases from the same table (other runs, the non-private flow): the hospital's privacy "
@@ -195,7 +195,8 @@ def _card(config: SynthesisConfig, spec, tables: list[dict], total: dict, guaran
     return {"kind": "synthetic tables", "title": f"synthetic {spec.name} tables", "privacy": {
                 "guarantee": guarantee, "releases": total["releases"], "delta": total["delta"],
                 "epsilon_prv": total["epsilon_prv"], "epsilon_rdp": total["epsilon_rdp"],
-                "epsilon_pld": total["epsilon_pld"], "covers": covers, "not_covered": not_covered},
+                "epsilon_pld": total["epsilon_pld"], "neighbours": neighbours, "covers": covers,
+                "not_covered": not_covered},
             "summary": summary,
             "table": {"spec": spec.name, "attributes": columns,
                       "derived": [d.name for d in spec.derived], "missing": config.missing},

@@ -33,9 +33,11 @@ from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps
 from privehr.io.bundle_signature import SIGNATURE, signature_problems, signature_record
 from privehr.models.privacy.ledger import LedgerEntry, compose_entries
+from privehr.models.privacy.neighbours import neighbouring_relation
 
 __all__ = ["BUNDLE_FORMAT", "BUNDLE_FILES", "MANIFEST", "SIGNATURE", "write_manifest", "verify_bundle", "read_bundle",
-           "Bundle", "render_card", "card_json", "bundle_total"]
+           "Bundle", "render_card", "card_json", "bundle_total", "bundle_neighbours",
+           "card_neighbours", "dp_claim"]
 
 BUNDLE_FORMAT = "privehr-release-bundle/1"
 MANIFEST = "manifest.json"
@@ -88,6 +90,32 @@ def bundle_total(entries: list[dict], delta: float) -> dict:
     return {"dp": total.dp, "releases": total.releases, "delta": total.delta, "epsilon": total.epsilon,
             "epsilon_prv": total.epsilon_dp_prv, "epsilon_rdp": total.epsilon_dp_rdp,
             "epsilon_pld": total.epsilon_dp_pld, "not_dp": total.not_dp}
+
+
+def bundle_neighbours(unit: str, counts: dict | None, total: dict) -> dict:
+    """The neighbouring relation a bundle's guarantee holds under, derived from what it ships: replace one ``unit``
+    (a patient of a synthesis bundle, an ICU stay of a model bundle) with the group-privacy total where its counts
+    are the exact, public ones (a model bundle's ``release.record_count: public``, a synthesis bundle's
+    ``public_patient_count``), else add/remove one (:mod:`privehr.models.privacy.neighbours`)."""
+    counts = counts or {}
+    public = counts.get("source") == "public" or "patients_delivered" in counts
+    claimed = total["epsilon_prv"] if total.get("epsilon_prv") is not None else total.get("epsilon_rdp")
+    return neighbouring_relation(claimed, total["delta"], unit, public)
+
+
+def card_neighbours(card: dict, total: dict) -> dict:
+    """:func:`bundle_neighbours` of a card (its kind names the unit) and the manifest's total."""
+    return bundle_neighbours("patient" if card.get("kind") == "synthetic tables" else "ICU stay", card.get("counts"),
+                             total)
+
+
+def dp_claim(total: dict, neighbours: dict) -> str:
+    """A DP bundle's (epsilon, delta) as its guarantee states it: the total, or under replace-one neighbours the
+    group-privacy total, named."""
+    if "epsilon" in neighbours:
+        return f"(epsilon {neighbours['epsilon']:.3g}, delta {neighbours['delta']:.2g}) under " \
+               f"{neighbours['relation']} neighbours"
+    return f"(epsilon {total['epsilon_prv'] or total['epsilon_rdp']:.3g}, delta {total['delta']:.2g})"
 
 
 def card_json(card: dict) -> str:
@@ -258,6 +286,18 @@ def _card_problems(bundle: Path, manifest: dict, files: dict, listed: dict) -> l
             problems.append(f"the card's {key} {privacy.get(key)} is not the manifest's total {total.get(key)}")
     if privacy.get("guarantee") != manifest.get("guarantee"):
         problems.append("the card's guarantee is not the manifest's")
+    try:
+        derived = card_neighbours(card, total)
+    except (KeyError, TypeError, AttributeError):
+        derived = None
+    stated = privacy.get("neighbours")
+    if stated is None and derived is not None and "epsilon" not in derived:
+        pass  # a bundle made before the card named its relation claimed add/remove-one, which holds
+    elif not (isinstance(stated, dict) and derived is not None and stated.keys() == derived.keys()
+            and all(_close(stated[k], v) if k in ("epsilon", "delta") else stated[k] == v
+                    for k, v in derived.items())):
+        problems.append("the card's neighbouring relation is not the one its counts and the manifest's total make "
+                        f"({derived['relation'] if derived else 'none'})")
     counts = _read(bundle / "counts.json") if "counts.json" in files else None
     if card.get("counts") != counts:
         problems.append("the card's counts are not counts.json's")
@@ -366,11 +406,22 @@ def _fmt(value, digits: int = 3) -> str:
     return "n/a" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.{digits}f}"
 
 
+def _neighbours_line(privacy: dict) -> str:
+    n = privacy.get("neighbours")
+    if n is None:  # a bundle made before the card named its relation
+        return "- Neighbouring datasets: add/remove one record."
+    if "epsilon" not in n:
+        return f"- Neighbouring datasets differ by {n['relation']} ({n['why']}): the total above holds as it is."
+    delta = "n/a" if n["delta"] is None else f"{n['delta']:.2g}"
+    return (f"- Neighbouring datasets differ by {n['relation']}, not by one more or less: {n['why']}. Under that "
+            f"relation: epsilon {_fmt(n['epsilon'])} at delta {delta}.")
+
+
 def _privacy_lines(privacy: dict) -> list[str]:
     return ["## Privacy", "", f"**{privacy['guarantee']}**", "",
-            f"- Total over this bundle's {privacy['releases']} release(s), at delta {privacy['delta']:.2g}: "
-            f"epsilon {_fmt(privacy['epsilon_prv'])} (PRV), {_fmt(privacy['epsilon_rdp'])} (RDP), "
-            f"{_fmt(privacy['epsilon_pld'])} (PLD).",
+            f"- Total over this bundle's {privacy['releases']} release(s), at delta {privacy['delta']:.2g}, "
+            f"under add/remove-one neighbours: epsilon {_fmt(privacy['epsilon_prv'])} (PRV), "
+            f"{_fmt(privacy['epsilon_rdp'])} (RDP), {_fmt(privacy['epsilon_pld'])} (PLD).", _neighbours_line(privacy),
             *[f"- {item}" for item in privacy["covers"]], "", "Not covered:", "",
             *[f"- {item}" for item in privacy["not_covered"]], ""]
 

@@ -97,6 +97,14 @@ def test_report_ledger_artifacts_and_untouched_input(synthesis_run):
     assert not total.dp and total.epsilon is None and total.epsilon_dp > 5.0  # mu 2 and epsilon 5 compose
     assert total.pending == 0 and total.releases == 4
     assert hashlib.sha256(table.read_bytes()).hexdigest() == digest
+    # the bundle ships Harrod's exact patient count (public by its spec), so it claims replace-one neighbours at the
+    # group-privacy total, not the add/remove one (issue 41 item 3)
+    card = json.loads((Path(summary["release"]["path"]) / "card.json").read_text())
+    assert card["counts"]["patients_delivered"] == 84
+    privacy = card["privacy"]
+    assert privacy["neighbours"]["relation"] == "replace one patient"
+    assert privacy["neighbours"]["epsilon"] == pytest.approx(2 * privacy["epsilon_prv"])
+    assert "under replace one patient neighbours" in privacy["guarantee"]
 
     async def keys():
         async with get_client() as client:
@@ -149,3 +157,5 @@ def test_a_private_patient_count_reaches_the_tables_only_with_noise(tmp_path):
     assert sorted((e.mechanism, e.what) for e in entries) == [("dp", "patient count"), ("dp_sgd", "DP-NF flow")]
     (total,) = ledger_totals(tmp_path / "ledger.jsonl")
     assert total.dp and total.epsilon_other_basic == config.count_epsilon
+    card = json.loads((Path(summary["release"]["path"]) / "card.json").read_text())
+    assert card["privacy"]["neighbours"]["relation"] == "add/remove one patient"  # no exact count ships

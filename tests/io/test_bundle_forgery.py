@@ -1,15 +1,13 @@
 """A release bundle cannot be forged: each forgery of issue 41 fails ``release verify`` with a line naming it.
 
-The bundle is built here as tasks/release_bundle.py builds one (its card, the ledger entries, ``write_manifest``)
-from two small logistic regressions, without a pipeline run. A forger holds the bundle, not the hospital's signing
+The bundle is built as tasks/release_bundle.py builds one (its card, the ledger entries, ``write_manifest``) from two
+small logistic regressions, without a pipeline run (tests/oracles/small_bundle.py). A forger holds the bundle, not the hospital's signing
 key: every edit below rewrites the manifest's hashes (and total) as a forger would, and either leaves the hospital's
 signature (which then fails) or signs with a key of their own (which a pinned fingerprint, or the ledger, refuses).
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
 import pickle
@@ -17,97 +15,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from privehr.cli import main
-from privehr.core.config import PipelineConfig
 from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps
 from privehr.io.bundle_signature import SIGNATURE, fingerprint, hospital_key, signature_record, signing_key_path
-from privehr.io.privacy_ledger import Ledger
-from privehr.io.release_bundle import MANIFEST, bundle_total, public_entry, read_bundle, verify_bundle, write_manifest
-from privehr.models.classifiers import build_classifier
-from privehr.models.evaluation.dp_evaluation import metrics_from_histograms, noisy_histograms
-from privehr.models.privacy.ledger import LedgerEntry
+from privehr.io.release_bundle import MANIFEST, bundle_total, read_bundle, verify_bundle
 from privehr.tasks.predict import apply_bundle
-from privehr.tasks.release_bundle import LABEL_DEFINITIONS, _card, _guarantee
+from oracles import small_bundle
 
-N_VARIABLES, N_HOURS, DELTA = 3, 24, 1e-5
-CELLS = {"mort_icu": "mort_icu-logistic_regression-dp_sgd-bce-eps1",
-         "los_3": "los_3-logistic_regression-dp_sgd-bce-eps1"}
-
-
-def _weights(label: str, seed: int) -> bytes:
-    model = build_classifier("logistic_regression", N_VARIABLES, N_HOURS, seed=seed)
-    state = {"cell": {"label": label}, "seed": 0, "hyperparameters": {"max_grad_norm": 1.0},
-             "state_dict": {k: v.detach() for k, v in model.state_dict().items()}, "training": {"epochs": 1},
-             "architecture": {"model": "logistic_regression", "n_variables": N_VARIABLES, "n_hours": N_HOURS,
-                              "hidden_size": 32}}
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+N_VARIABLES, N_HOURS, DELTA = small_bundle.N_VARIABLES, small_bundle.N_HOURS, small_bundle.DELTA
+CELLS = small_bundle.CELLS
+_weights, _sha = small_bundle.weights, small_bundle.sha
 
 
 @pytest.fixture
 def made(tmp_path):
     """An honest bundle: two DP-SGD models, their DP evaluations, DP counts, a public featurizer; signed by the
     hospital's key beside ``ledger.jsonl``."""
-    config = PipelineConfig.model_validate({"device": "cpu"})
-    ledger_path = tmp_path / "hospital" / "ledger.jsonl"
-    out = tmp_path / "release"
-    (out / "models").mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    counts_entry = LedgerEntry("d", "r/record-counts#1", "dp", 0.1, run_id="r", what="record counts")
-    entries, models, sources, evaluations = [counts_entry], [], {}, {}
-    for k, (label, cell) in enumerate(CELLS.items()):
-        weights = _weights(label, k)
-        (out / f"models/{cell}.pt").write_bytes(weights)
-        fit = LedgerEntry("d", f"r/final-fit#{k}", "dp_sgd", delta=DELTA, noise_multiplier=1.0, sample_rate=0.1,
-                          steps=50, run_id="r", what="final fit", sha256=_sha(weights))
-        evaluation = LedgerEntry("d", f"r/DP-evaluation#{k}", "gaussian", delta=DELTA, noise_multiplier=2.0,
-                                 sample_rate=1.0, steps=1, run_id="r", what="DP evaluation")
-        entries += [fit, evaluation]
-        y = rng.integers(0, 2, 400)
-        histograms = noisy_histograms(np.clip(0.3 + 0.4 * y + rng.normal(0, 0.2, 400), 0, 1), y, 10, 2.0, rng)
-        metrics = metrics_from_histograms(histograms, 0.95, 50).as_dict()
-        evaluations[cell] = {"release": evaluation.release, "histograms": histograms.as_dict(), "metrics": metrics}
-        sources[f"models/{cell}.pt"] = {"source": "dp", "releases": [fit.release], "about": "a bundled model"}
-        models.append({"cell_id": cell, "file": f"models/{cell}.pt", "label": label,
-                       "label_definition": LABEL_DEFINITIONS[label], "model": "logistic_regression", "loss": "bce",
-                       "target_epsilon": 1.0, "release": fit.release,
-                       "plan": {"noise_multiplier": 1.0, "sample_rate": 0.1, "steps": 50, "max_grad_norm": 1.0,
-                                "epsilon": 1.0}, "tuning": {"method": "none", "trials": 1},
-                       "evaluation": metrics, "evaluation_release": evaluation.release})
-    featurizer = {"variables": [f"v{i}" for i in range(N_VARIABLES)], "mean": [0.0] * N_VARIABLES,
-                  "std": [1.0] * N_VARIABLES, "delta_fill": 100.0, "source": "public", "window_hours": N_HOURS,
-                  "gap_hours": 6, "mask_beyond_outlier_bounds": False, "outlier_low": None, "outlier_high": None,
-                  "note": "public statistics"}
-    counts = {"source": "dp", "stays": {"train": 300, "dev": 50, "test": 50}, "epsilon": 0.1}
-    (out / "featurizer.json").write_text(strict_dumps(featurizer, indent=1))
-    (out / "counts.json").write_text(strict_dumps(counts, indent=1))
-    (out / "evaluation.json").write_text(strict_dumps(evaluations, indent=1))
-    every = sorted(e.release for e in entries)
-    sources |= {"featurizer.json": {"source": "public", "releases": []},
-                "counts.json": {"source": "dp", "releases": [counts_entry.release]},
-                "evaluation.json": {"source": "dp",
-                                    "releases": [e.release for e in entries if e.what == "DP evaluation"]},
-                "card.json": {"source": "derived", "releases": every},
-                "card.md": {"source": "derived", "releases": every}}
-    total = bundle_total([public_entry(e) for e in entries], DELTA)
-    guarantee, _ = _guarantee(total, "public", "dp", "hash")
-    card = _card(config, models, counts, featurizer, total, guarantee)
-    key, created = hospital_key(ledger_path)
-    with Ledger(ledger_path).transaction() as tx:  # the hospital's ledger holds the releases
-        tx.append(entries)
-    write_manifest(out, sources, entries, DELTA, {"run_id": "r", "guarantee": guarantee}, card, key)
-    assert created and verify_bundle(out, entries, fingerprint(key.public_key()))["ok"]
-    return {"bundle": out, "entries": entries, "fingerprint": fingerprint(key.public_key()), "ledger": ledger_path,
-            "total": total}
+    return small_bundle.make_bundle(tmp_path, "dp")
 
 
 def _forge(bundle: Path, edit=None, key: Ed25519PrivateKey | None = None) -> dict:
@@ -272,3 +199,35 @@ def test_a_pickle_payload_is_refused_never_unpickled(made, tmp_path):
         apply_bundle(loaded, mean, count, [cell])
     assert "\n" not in str(err.value) and not marker.exists()
     assert apply_bundle(loaded, mean, count, [CELLS["los_3"]])[CELLS["los_3"]].shape == (2,)  # an honest model scores
+
+
+def test_exact_public_counts_make_the_card_claim_replace_one_at_the_group_privacy_total(tmp_path, capsys):
+    """Issue 41 item 3: with the record counts shipped exactly, add/remove-one neighbours are told apart by the
+    counts, so the card (and the guarantee) claims replace-one at (2 epsilon, (1 + e^epsilon) delta); a card that
+    says add/remove-one, or the add/remove total, there fails verification."""
+    public, dp = small_bundle.make_bundle(tmp_path / "public", "public"), small_bundle.make_bundle(tmp_path / "dp")
+    assert dp["total"]["epsilon_prv"] > 0
+    card = json.loads((dp["bundle"] / "card.json").read_text())
+    assert card["privacy"]["neighbours"]["relation"] == "add/remove one ICU stay"
+    assert "epsilon" not in card["privacy"]["neighbours"]
+    card = json.loads((public["bundle"] / "card.json").read_text())
+    eps, delta = public["total"]["epsilon_prv"], public["total"]["delta"]
+    n = card["privacy"]["neighbours"]
+    assert n["relation"] == "replace one ICU stay"
+    assert n["epsilon"] == pytest.approx(2 * eps) and n["delta"] == pytest.approx((1 + np.exp(eps)) * delta)
+    assert f"epsilon {2 * eps:.3g}" in card["privacy"]["guarantee"] and "replace one ICU stay" in card["privacy"][
+        "guarantee"]
+    assert main(["release", "show", str(public["bundle"])]) == 0
+    assert "replace one ICU stay, not by one more or less" in capsys.readouterr().out
+    assert verify_bundle(public["bundle"], public["entries"], public["fingerprint"])["ok"]
+
+    def add_remove(manifest):  # the public-count bundle's card rewritten to claim add/remove-one
+        manifest["card"]["privacy"]["neighbours"] = {"relation": "add/remove one ICU stay",
+                                                     "why": "the ICU stay count is not released exactly"}
+    _forge(public["bundle"], add_remove, Ed25519PrivateKey.generate())
+    assert _has(_problems(public), "neighbouring relation", "(replace one ICU stay)")
+
+    def understated(manifest):  # replace-one, at the add/remove total
+        manifest["card"]["privacy"]["neighbours"] = n | {"epsilon": eps, "delta": delta}
+    _forge(public["bundle"], understated, Ed25519PrivateKey.generate())
+    assert _has(_problems(public), "neighbouring relation", "(replace one ICU stay)")
