@@ -2,14 +2,17 @@
 
 The bundle carries everything applying a model needs (the window, the outlier bounds the training run masked by,
 the featurizer's statistics, each model's architecture and weights); nothing is read from the run that trained it.
-A stay is scored when the file holds its first ``window_hours`` hours (``max_hours >= window_hours``); the column
-``in_cohort`` says whether it also meets the training cohort's rule (``max_hours > window + gap``), the population the
-card's evaluation describes. The scores are patient-level: they go to the file the user names and nowhere else.
+Every stay of the file gets a row, in the file's order. A stay is scored when the file holds its first
+``window_hours`` hours (``max_hours >= window_hours``); a shorter one gets no risk and its ``reason``. The column
+``in_cohort`` says whether a stay also meets the training cohort's rule (``max_hours > window + gap``), the population
+the card's evaluation describes. Each row carries the sha256 of the bundle's signed manifest and the time of the
+prediction. The scores are patient-level: they go to the file the user names and nowhere else.
 """
 
 from __future__ import annotations
 
 import pickle
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +21,9 @@ import torch
 from prefect import task
 
 from privehr.core.errors import InputError
-from privehr.io.mimic_extract import read_window
+from privehr.io.mimic_extract import check_extract, read_window, sha256_file
 from privehr.io.permissions import private_file
-from privehr.io.release_bundle import Bundle, read_bundle
+from privehr.io.release_bundle import MANIFEST, Bundle, read_bundle
 from privehr.models.classifiers import build_classifier, classifier_inputs
 from privehr.models.classifiers.training import predict_proba
 from privehr.models.data.hourly_features import HourlyFeaturizer
@@ -82,36 +85,80 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     if out_path.resolve().is_relative_to(bundle.path.resolve()):
         raise InputError(f"--out {out_path} is inside the release bundle, which leaves the hospital; write the "
                          "scores where the data may be")
+    if out_path.is_dir():
+        raise InputError(f"--out {out_path} is a directory; name the CSV file to write the scores to")
     f = bundle.featurizer
     window_hours, gap_hours = f["window_hours"], f["gap_hours"]
-    try:
-        patients = pd.read_hdf(data_path, "patients")
-    except (ValueError, TypeError, KeyError, OSError) as err:
-        raise InputError(f"key 'patients' in {data_path} cannot be read as a pandas table ({type(err).__name__}); "
-                         "give a MIMIC-Extract file (all_hourly_data.h5)") from None
-    ids = patients.reset_index()
-    if not {"subject_id", "hadm_id", "icustay_id", "max_hours"} <= set(ids.columns):
-        raise InputError(f"'patients' in {data_path} needs subject_id, hadm_id, icustay_id and max_hours, as "
-                         "MIMIC-Extract writes them")
-    hours = pd.to_numeric(ids["max_hours"], errors="coerce")
-    stays = ids.loc[hours >= window_hours, ["subject_id", "hadm_id", "icustay_id"]].astype("int64")
-    stays["in_cohort"] = (hours[hours >= window_hours] > window_hours + gap_hours).to_numpy()
-    window = read_window(data_path, stays["icustay_id"].to_numpy(), window_hours, chunk_rows)
+    check_extract(data_path)  # one line for a file that is not HDF5 or lacks patients / vitals_labs
+    stays = _stays(_patients(data_path), data_path, window_hours, gap_hours)
+    scored = stays["reason"].isna().to_numpy()
+    window = read_window(data_path, stays.loc[scored, "icustay_id"].to_numpy(), window_hours, chunk_rows)
     if window.variables != f["variables"]:
         missing = [v for v in f["variables"] if v not in window.variables]
         raise InputError(f"{data_path} has {len(window.variables)} hourly variables; the bundle's models take "
                          f"{len(f['variables'])} in its order" + (f" (missing: {missing[:3]})" if missing else "")
                          + ". Extract the file with the same MIMIC-Extract variables (group_by_level2).")
     mean, count = _masked(window, f)
-    risks = apply_bundle(bundle, mean, count, models)
+    risks = apply_bundle(bundle, mean, count, models) if scored.any() else \
+        {m: np.empty(0) for m in (models or sorted(bundle.models()))}
     table = stays.reset_index(drop=True)
     for cell_id, p in risks.items():
-        table[f"risk_{cell_id}"] = p
+        column = np.full(len(table), np.nan)
+        column[scored] = p
+        table[f"risk_{cell_id}"] = column
+    table["bundle_sha256"] = sha256_file(bundle.path / MANIFEST)  # which bundle scored it: its signed manifest
+    table["predicted_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     with private_file(out_path) as tmp:  # patient-level: 0600, also over an existing file
         table.to_csv(tmp, index=False)
     return {"bundle": str(bundle.path), "data": str(data_path), "out": str(out_path), "stays": int(len(table)),
+            "scored": int(scored.sum()), "not_scored": int((~scored).sum()),
             "in_cohort": int(table["in_cohort"].sum()), "models": sorted(risks),
             "guarantee": bundle.manifest["guarantee"]}
+
+
+def _patients(path: Path) -> pd.DataFrame:
+    """The ``patients`` table of a file to score: its ids and ``max_hours`` (outcome columns are not needed)."""
+    try:
+        patients = pd.read_hdf(path, "patients")
+    except (ValueError, TypeError, KeyError, OSError, RuntimeError) as err:  # HDF5ExtError is a RuntimeError
+        raise InputError(f"key 'patients' in {path} cannot be read as a pandas table ({type(err).__name__}); give a "
+                         "MIMIC-Extract file (all_hourly_data.h5)") from None
+    if not isinstance(patients, pd.DataFrame):
+        raise InputError(f"key 'patients' in {path} is not a table; give a MIMIC-Extract file (all_hourly_data.h5)")
+    lacking = sorted({"subject_id", "hadm_id", "icustay_id", "max_hours"} - set(patients.reset_index().columns))
+    if lacking:
+        raise InputError(f"'patients' in {path} lacks {', '.join(lacking)}; MIMIC-Extract writes subject_id, hadm_id "
+                         "and icustay_id (its index) and max_hours")
+    return patients
+
+
+def _stays(patients: pd.DataFrame, path: Path, window_hours: int, gap_hours: int) -> pd.DataFrame:
+    """Every stay of ``patients`` in the file's order, with ``in_cohort`` and the reason it gets no risk (None: it
+    is scored). Ids must be whole numbers and each stay once; a stay's hours are read as a number (refused where a
+    value is not one). Messages name rows and columns, never values."""
+    ids = patients.reset_index()
+    if ids.empty:
+        raise InputError(f"'patients' in {path} holds no stay; there is nothing to score")
+    for column in ("subject_id", "hadm_id", "icustay_id", "max_hours"):
+        values = pd.to_numeric(ids[column], errors="coerce")
+        bad = np.flatnonzero(values.isna().to_numpy() | (column != "max_hours") & (values % 1 != 0).to_numpy())
+        if bad.size:
+            raise InputError(f"'patients' in {path}: {column} of row(s) {', '.join(map(str, bad[:5] + 1))}"
+                             f"{' ...' if bad.size > 5 else ''} ({bad.size} in all) is missing or not "
+                             f"{'a number' if column == 'max_hours' else 'a whole number'}; fix those rows as "
+                             "MIMIC-Extract writes them")
+        ids[column] = values
+    twice = np.flatnonzero(ids["icustay_id"].duplicated(keep=False).to_numpy())
+    if twice.size:
+        raise InputError(f"'patients' in {path}: rows {', '.join(map(str, twice[:5] + 1))}"
+                         f"{' ...' if twice.size > 5 else ''} share an icustay_id ({twice.size} rows); each stay "
+                         "once, as MIMIC-Extract writes it")
+    stays = ids[["subject_id", "hadm_id", "icustay_id"]].astype("int64")
+    hours = ids["max_hours"].to_numpy(dtype=float)
+    stays["in_cohort"] = hours > window_hours + gap_hours
+    stays["reason"] = np.where(hours >= window_hours, None,
+                               f"not scored: the stay has fewer than the model's {window_hours} hours of data")
+    return stays
 
 
 score_stays_task = task(score_stays, name="score-stays")  # the privehr-score flow's one task

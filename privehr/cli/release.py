@@ -93,8 +93,9 @@ def predict_command(args) -> int:
 
     _existing(args.data, "--data")
     summary = score_stays(args.bundle, args.data, args.out, args.model)
-    emit(args, summary, f"scored {summary['stays']} stay(s) ({summary['in_cohort']} in the training cohort's "
-                        f"definition) with {', '.join(summary['models'])}; risks in {summary['out']}\n"
-                        f"bundle: {summary['guarantee']}")
+    short = f"; {summary['not_scored']} too short to score (their rows say why)" if summary["not_scored"] else ""
+    emit(args, summary, f"scored {summary['scored']} of {summary['stays']} stay(s) ({summary['in_cohort']} in the "
+                        f"training cohort's definition{short}) with {', '.join(summary['models'])}; risks in "
+                        f"{summary['out']}\nbundle: {summary['guarantee']}")
     return 0
 

@@ -1,0 +1,112 @@
+"""``privehr predict`` as a clinician's team uses it (issue 41 item 4): every stay of the file gets a row (a risk, or
+no risk and the reason), each row names the bundle that scored it and when, and every bad input a partner will hit is
+one line and exit status 2. The bundle is tests/oracles/small_bundle.py's, over three of MIMIC-Extract's variables."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from datetime import datetime, timezone
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from privehr.cli import main
+from privehr.io.demo_data import write_extract
+from privehr.resources import mimic_extract_variables
+from privehr.simulate.severity_simulator import simulate_extract
+from oracles import small_bundle
+
+STAYS = 40
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("predict")
+    variables = mimic_extract_variables().head(3)
+    made = small_bundle.make_bundle(tmp, variables=list(variables["level2"]))
+    sim = simulate_extract(variables, STAYS, seed=3)
+    write_extract(sim, tmp / "new.h5")
+    return {"tmp": tmp, "bundle": made["bundle"], "sim": sim, "data": tmp / "new.h5"}
+
+
+def _variant(setup, name: str, edit) -> str:
+    """The extract with its ``patients`` table edited (``edit(frame) -> frame``), written beside the others."""
+    sim = setup["sim"]
+    path = setup["tmp"] / f"{name}.h5"
+    write_extract(dataclasses.replace(sim, patients=edit(sim.patients.copy())), path)
+    return str(path)
+
+
+def test_every_stay_gets_a_row_with_a_risk_or_the_reason_and_the_bundle_and_time(setup, tmp_path, capsys):
+    out = tmp_path / "risks.csv"
+    out.write_text("old\n")
+    os.chmod(out, 0o644)  # an existing file others can read: replaced by an owner-only one
+    before = datetime.now(timezone.utc).replace(microsecond=0)
+    assert main(["predict", str(setup["bundle"]), "--data", str(setup["data"]), "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    assert out.stat().st_mode & 0o777 == 0o600
+    risks = pd.read_csv(out)
+    patients = setup["sim"].patients.reset_index()
+    assert list(risks["icustay_id"]) == list(patients["icustay_id"])  # every stay, in the file's order
+    short = (patients["max_hours"] < 24).to_numpy()
+    assert 0 < short.sum() < STAYS  # the simulated file has both
+    for cell in small_bundle.CELLS.values():
+        column = risks[f"risk_{cell}"].to_numpy()
+        assert np.isnan(column[short]).all() and ((column[~short] >= 0) & (column[~short] <= 1)).all()
+    assert risks["reason"][short].str.contains("fewer than the model's 24 hours").all()
+    assert risks["reason"][~short].isna().all()
+    manifest = hashlib.sha256((setup["bundle"] / "manifest.json").read_bytes()).hexdigest()
+    assert (risks["bundle_sha256"] == manifest).all()
+    stamped = pd.to_datetime(risks["predicted_utc"]).dt.to_pydatetime()
+    assert all(before <= t <= datetime.now(timezone.utc) for t in stamped)
+    assert risks["in_cohort"].tolist() == (patients["max_hours"] > 30).tolist()
+
+
+def test_a_file_whose_stays_are_all_too_short_gets_every_row_and_no_risk(setup, tmp_path, capsys):
+    data = _variant(setup, "short", lambda p: p.assign(max_hours=np.minimum(p["max_hours"], 12)))
+    assert main(["predict", str(setup["bundle"]), "--data", data, "--out", str(tmp_path / "r.csv"), "--json"]) == 0
+    assert '"scored": 0' in capsys.readouterr().out
+    risks = pd.read_csv(tmp_path / "r.csv")
+    assert len(risks) == STAYS and risks["reason"].notna().all()
+    assert risks.filter(like="risk_").isna().all().all()
+
+
+def _bad_inputs(setup) -> dict:
+    tmp = setup["tmp"]
+    (tmp / "text.h5").write_text("this is not HDF5\n")
+    (tmp / "risks.csv").write_text("icustay_id,risk\n1,0.5\n")
+    no_vitals = tmp / "no-vitals.h5"
+    setup["sim"].patients.to_hdf(no_vitals, key="patients", format="table")
+    return {
+        "not_hdf5": (str(tmp / "text.h5"), "not a readable HDF5 file"),
+        "a_csv": (str(tmp / "risks.csv"), "not a readable HDF5 file"),
+        "no_vitals_labs": (str(no_vitals), "lacks the key(s) ['vitals_labs']"),
+        "no_stays": (_variant(setup, "empty", lambda p: p.iloc[:0]), "lacks the key(s) ['patients']"),  # pandas
+        "a_stay_twice": (_variant(setup, "twice", lambda p: pd.concat([p, p.iloc[:1]])), "share an icustay_id"),
+        "text_max_hours": (_variant(setup, "text-hours", lambda p: p.assign(max_hours=["long"] * len(p))),
+                           "max_hours of row(s) 1, 2, 3, 4, 5 ..."),
+        "nan_hadm_id": (_variant(setup, "nan-hadm", lambda p: p.reset_index().assign(
+            hadm_id=lambda f: f["hadm_id"].astype(float).where(f.index != 2)).set_index(p.index.names)),
+            "hadm_id of row(s) 3 (1 in all)"),
+        "text_ids": (_variant(setup, "text-ids", lambda p: p.reset_index().assign(
+            icustay_id=lambda f: "stay-" + f["icustay_id"].astype(str)).set_index(p.index.names)),
+            "icustay_id of row(s)"),
+    }
+
+
+@pytest.mark.parametrize("case", ["not_hdf5", "a_csv", "no_vitals_labs", "no_stays", "a_stay_twice", "text_max_hours",
+                                  "nan_hadm_id", "text_ids", "out_a_directory"])
+def test_a_bad_input_is_one_line_and_exit_2(setup, tmp_path, capsys, case):
+    if case == "out_a_directory":
+        data, words, out = str(setup["data"]), "is a directory", tmp_path
+    else:
+        (data, words), out = _bad_inputs(setup)[case], tmp_path / "risks.csv"
+    raw = open(data, "rb").read()
+    assert main(["predict", str(setup["bundle"]), "--data", data, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and words in err, err
+    assert "stay-" not in err  # rows and columns named, never a value
+    assert open(data, "rb").read() == raw and (case == "out_a_directory" or not out.exists())
