@@ -182,8 +182,11 @@ def check_mu_ceiling(config: SynthesisConfig) -> None:
 def check_synthesis_table(config: SynthesisConfig) -> None:
     """Before Prefect starts and before any run directory exists: the ledger's chain (a tampered ledger is named
     now, not after imputation), the table read through its spec (layout, encoding, separator, a quarantine that
-    empties or guts it) and a classification target with a single class among its records. Reads, writes nothing."""
-    Ledger(config.privacy.ledger_path).state()
+    empties or guts it) and a classification target with a single class among its records. Reads, writes nothing
+    (the ledger's writability is probed by an entry made and removed at once)."""
+    ledger = Ledger(config.privacy.ledger_path)
+    ledger.state()
+    ledger.probe_writable()  # an unwritable ledger is named before Prefect starts
     spec = load_ehr_spec(config.spec)
     frame = read_ehr_table(config.path, spec).frame
     label = config.targets(spec)[0]

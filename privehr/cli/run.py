@@ -80,8 +80,10 @@ def run_command(args) -> int:
     check_extract(config.data.hdf5_path)  # fail fast, before Prefect starts
     from privehr.io.privacy_ledger import Ledger  # deferred for start-up time (torch, opacus)
 
-    Ledger(config.privacy.ledger_path).state()  # a tampered ledger is named before anything is read
+    ledger = Ledger(config.privacy.ledger_path)
+    ledger.state()  # a tampered ledger is named before anything is read
     _check_artifacts_dir(Path(config.artifacts_dir))
+    ledger.probe_writable()  # and an unwritable one before Prefect starts
     if config.synthesis is not None and not Path(config.synthesis.path).exists():
         raise InputError(f"the profile also synthesises the EHR table {config.synthesis.path}, which does not exist; "
                          "write the demo table with `privehr demo-data ehr --out data/ehr/EHR_dataset.csv`, point "

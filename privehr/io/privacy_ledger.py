@@ -32,6 +32,7 @@ import json
 import math
 import os
 import re
+import tempfile
 
 import numpy as np
 import secrets
@@ -394,11 +395,34 @@ class Ledger:
                 fcntl.flock(fh, fcntl.LOCK_UN)
             self.key()
         except OSError as err:
-            reason = {errno.EACCES: "permission denied", errno.EROFS: "read-only file system",
-                      errno.ENOSPC: "no space left"}.get(err.errno, err.strerror or type(err).__name__)
-            raise InputError(f"the privacy ledger {self.path} is not writable ({reason}); nothing was read or "
-                             "trained. Make it writable, or point privacy.ledger_path at a writable file.") from None
+            raise self._unwritable(err) from None
         return new
+
+    def probe_writable(self) -> None:
+        """:meth:`check_writable`'s proof without creating the ledger (a command's check before Prefect starts):
+        the file opens for appending, or its nearest existing directory takes a new entry (made and removed at once:
+        nothing is left behind)."""
+        try:
+            if self.path.exists():
+                os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND))
+                return
+            parent = self.path.parent
+            while not parent.exists() and parent != parent.parent:
+                parent = parent.parent
+            if parent == self.path.parent:
+                fd, probe = tempfile.mkstemp(prefix=".probe-", dir=parent)
+                os.close(fd)
+                os.unlink(probe)
+            else:  # the directories the ledger needs would be made there
+                os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=parent))
+        except OSError as err:
+            raise self._unwritable(err) from None
+
+    def _unwritable(self, err: OSError) -> InputError:
+        reason = {errno.EACCES: "permission denied", errno.EROFS: "read-only file system",
+                  errno.ENOSPC: "no space left"}.get(err.errno, err.strerror or type(err).__name__)
+        return InputError(f"the privacy ledger {self.path} is not writable ({reason}); nothing was read or "
+                          "trained. Make it writable, or point privacy.ledger_path at a writable file.")
 
     @contextmanager
     def transaction(self) -> Iterator[_Transaction]:
