@@ -7,7 +7,8 @@ from three independent implementations:
 * **PRV** (Gopi, Lee, Wutschitz, "Numerical Composition of Differential Privacy", NeurIPS 2021;
   Opacus): numerically tight; Opacus returns the *upper* end of an estimate accurate to
   ``eps_error``. This is the claimed epsilon.
-* **RDP** (Mironov, "Renyi Differential Privacy", CSF 2017; Opacus): an upper bound, usually
+* **RDP** (Mironov, "Renyi Differential Privacy", CSF 2017; Opacus's analysis, vectorised in
+  :mod:`privehr.models.privacy.sampled_gaussian_rdp`): an upper bound, usually
   looser. Orders up to 2^14: with Opacus's default orders (<= 63) it cannot certify epsilon below
   log(1/delta)/62 (0.19 at delta = 1e-5), and even with these it stops near 4e-3.
 * **PLD** (Koskela, Jalko, Honkela 2020; Doroshenko, Ghazi, Kamath, Kumar, Manurangsi, "Connect
@@ -45,6 +46,8 @@ from typing import Protocol
 
 import numpy as np
 
+from privehr.models.privacy.sampled_gaussian_rdp import rdp_per_step, sigma_by_bisection
+
 # Opacus is imported where a value is computed, not here: importing it imports torch (seconds of CPU), and the
 # ledger's views and budget checks mostly read stored curves and compositions (privehr/io/accounting_cache.py)
 
@@ -60,12 +63,6 @@ PLD_MAX_POINTS = 1_000_000  # PLD's grid over the composed loss: the interval wi
 # Opacus's RDPAccountant.DEFAULT_ALPHAS, spelled out (a test checks they agree), then the large orders
 DEFAULT_ALPHAS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
 RDP_ORDERS = DEFAULT_ALPHAS + [2.0 ** k for k in range(7, 15)]
-
-
-def _rdp_analysis():
-    from opacus.accountants.analysis import rdp
-
-    return rdp
 
 
 def privacy_spent(orders, rdp, delta: float) -> tuple[float, float]:
@@ -131,7 +128,7 @@ def accounting_version() -> str:
     """What a stored value depends on besides its key: the accountants' code and this module's discretisation."""
     from importlib.metadata import version
 
-    return json.dumps(["privehr-accounting-3", version("opacus"), version("dp-accounting"), PRV_MAX_POINTS,
+    return json.dumps(["privehr-accounting-4", version("opacus"), version("dp-accounting"), PRV_MAX_POINTS,
                        PLD_INTERVAL, PLD_MAX_POINTS, RDP_ORDERS])
 
 
@@ -200,8 +197,9 @@ def prv_error(target: float) -> float:
 
 @lru_cache(maxsize=65536)  # a ledger repeats its (sigma, q): each is computed once per process
 def _rdp_step_computed(noise_multiplier: float, sample_rate: float, orders: tuple[float, ...]) -> np.ndarray:
-    """RDP of one Poisson-subsampled Gaussian step at each order (Opacus's analysis; T steps compose to T times it)."""
-    rdp = _rdp_analysis().compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders))
+    """RDP of one Poisson-subsampled Gaussian step at each order (Opacus's analysis, vectorised:
+    :mod:`privehr.models.privacy.sampled_gaussian_rdp`; T steps compose to T times it)."""
+    rdp = rdp_per_step(sample_rate, noise_multiplier, orders)
     rdp.setflags(write=False)
     return rdp
 
@@ -401,10 +399,18 @@ def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta
 
 
 def _sigma_for(accountant: str, target_epsilon: float, delta: float, sample_rate: float, steps: int):
+    if accountant == "rdp":  # Opacus's orders first, the large orders only where those cannot reach
+        for orders in (tuple(DEFAULT_ALPHAS), tuple(RDP_ORDERS)):
+            try:  # Opacus's get_noise_multiplier, step for step, on the vectorised RDP curve
+                return sigma_by_bisection(
+                    lambda sigma: privacy_spent(orders, rdp_per_step(sample_rate, sigma, orders) * steps, delta)[0],
+                    target_epsilon, _tolerance(target_epsilon))
+            except (ValueError, RuntimeError, FloatingPointError):
+                continue
+        return None
     from opacus.accountants.utils import get_noise_multiplier
 
-    options = [{}, {"alphas": RDP_ORDERS}] if accountant == "rdp" else [{"eps_error": prv_error(target_epsilon)}]
-    for extra in options:  # RDP: Opacus's orders first (fast), the large orders only where those cannot reach
+    for extra in [{"eps_error": prv_error(target_epsilon)}]:
         try:
             with warnings.catch_warnings():  # RDP's "largest alpha" note; PRV's log(0) at its domain edge
                 warnings.simplefilter("ignore", UserWarning)
@@ -417,7 +423,7 @@ def _sigma_for(accountant: str, target_epsilon: float, delta: float, sample_rate
     return None
 
 
-@lru_cache(maxsize=256)  # public inputs only; at q = 0.5 RDP's fractional orders take 10-15 s a calibration
+@lru_cache(maxsize=256)  # public inputs only; 1-3 s a calibration at q = 0.5 (bench/calibration_speed.py)
 def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, steps: int) -> PrivacySpend:
     """Smallest sigma (to Opacus's tolerance) for which PRV and RDP both give epsilon <= target
     (PRV alone where the target is below what RDP can certify at any sigma).
