@@ -48,3 +48,20 @@ def test_a_calibration_finds_opacus_sigma(epsilon, q, steps):
             except ValueError:
                 continue
     assert _sigma_for("rdp", epsilon, 1e-5, q, steps) == theirs
+
+
+@pytest.mark.parametrize("history", [[(3.4765625, 0.5, 2)], [(1.1, 0.5, 10)], [(18.36, 0.5, 1000)],
+                                     [(2.5, 1 / 17, 85), (1.0, 0.01, 1000)], [(0.8, 0.05, 200)]])
+def test_prv_on_the_vectorised_domain_is_opacus_prv(history):
+    """PRV's safe domain sized by the vectorised RDP (accounting._prv_accountant): the claimed epsilon is Opacus's
+    PRVAccountant's own, to the last bit on these histories (the domain's size moves by rounding at most)."""
+    from opacus.accountants import PRVAccountant
+
+    from privehr.models.privacy.accounting import _prv_accountant
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours, theirs = _prv_accountant()(), PRVAccountant()
+        ours.history, theirs.history = list(history), list(history)
+        assert ours.get_epsilon(1e-5, eps_error=0.01) == pytest.approx(theirs.get_epsilon(1e-5, eps_error=0.01),
+                                                                        rel=1e-9)
