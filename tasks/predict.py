@@ -29,7 +29,7 @@ from privehr.models.classifiers.training import predict_proba
 from privehr.models.data.hourly_features import HourlyFeaturizer
 from privehr.models.data.quarantine import mask_outside
 
-__all__ = ["score_stays", "score_stays_task", "apply_bundle"]
+__all__ = ["score_stays", "score_stays_task", "apply_bundle", "load_models"]
 
 
 def _masked(window, featurizer: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -42,18 +42,15 @@ def _masked(window, featurizer: dict) -> tuple[np.ndarray, np.ndarray]:
     return mean, count
 
 
-def apply_bundle(bundle: Bundle, mean: np.ndarray, count: np.ndarray, models: list[str] | None = None,
-                 device: str = "cpu") -> dict[str, np.ndarray]:
-    """Risks per bundled model (cell id -> probabilities) for (stays, hours, variables) hourly means and counts."""
-    f = bundle.featurizer
-    features = HourlyFeaturizer.from_statistics(np.array(f["mean"]), np.array(f["std"]),
-                                                f["delta_fill"]).transform(mean, count)
+def load_models(bundle: Bundle, models: list[str] | None = None, device: str = "cpu") -> dict[str, tuple]:
+    """The bundled models asked for (all by default), each loaded once as weights only: cell id -> (its model kind,
+    the module in eval mode on ``device``)."""
     available = bundle.models()
     wanted = models or sorted(available)
     unknown = [m for m in wanted if m not in available]
     if unknown:
         raise InputError(f"the bundle has no model {unknown[0]!r}; it holds {sorted(available)}")
-    risks = {}
+    loaded = {}
     for cell_id in wanted:
         try:  # weights only: a pickle payload is refused, never run
             saved = torch.load(available[cell_id], weights_only=True)
@@ -61,20 +58,37 @@ def apply_bundle(bundle: Bundle, mean: np.ndarray, count: np.ndarray, models: li
             raise InputError(f"model file {available[cell_id]} is not a weights-only PyTorch file (a pickle payload, "
                              f"or truncated: {type(err).__name__}); it was not loaded. Copy the bundle again from its "
                              "run") from None
-        arch = saved["architecture"]
-        model = build_classifier(arch["model"], arch["n_variables"], arch["n_hours"], seed=0,
-                                 hidden_size=arch["hidden_size"])
-        model.load_state_dict(saved["state_dict"])
-        model.eval()
-        inputs = classifier_inputs(arch["model"], features.values, features.mask, features.delta, device)
-        risks[cell_id] = predict_proba(model.to(device), inputs)
-    return risks
+        try:
+            arch = saved["architecture"]
+            model = build_classifier(arch["model"], arch["n_variables"], arch["n_hours"], seed=0,
+                                     hidden_size=arch["hidden_size"])
+            model.load_state_dict(saved["state_dict"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            raise InputError(f"model file {available[cell_id]} does not hold a model of its stated architecture "
+                             f"({type(err).__name__}); copy the bundle again from its run") from None
+        loaded[cell_id] = (arch["model"], model.eval().to(device))
+    return loaded
+
+
+def _risks(loaded: dict[str, tuple], featurizer: dict, mean: np.ndarray, count: np.ndarray,
+           device: str) -> dict[str, np.ndarray]:
+    features = HourlyFeaturizer.from_statistics(np.array(featurizer["mean"]), np.array(featurizer["std"]),
+                                                featurizer["delta_fill"]).transform(mean, count)
+    return {cell_id: predict_proba(model, classifier_inputs(kind, features.values, features.mask, features.delta,
+                                                            device))
+            for cell_id, (kind, model) in loaded.items()}
+
+
+def apply_bundle(bundle: Bundle, mean: np.ndarray, count: np.ndarray, models: list[str] | None = None,
+                 device: str = "cpu") -> dict[str, np.ndarray]:
+    """Risks per bundled model (cell id -> probabilities) for (stays, hours, variables) hourly means and counts."""
+    return _risks(load_models(bundle, models, device), bundle.featurizer, mean, count, device)
 
 
 def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | Path,
-                models: list[str] | None = None, chunk_rows: int = 32768) -> dict:
-    """Score every stay of a MIMIC-Extract file with at least the window's hours; write ``out_path`` (CSV) and
-    return a summary of counts (no patient-level value)."""
+                models: list[str] | None = None, chunk_rows: int = 32768, chunk_stays: int = 4096) -> dict:
+    """Score every stay of a MIMIC-Extract file with at least the window's hours, ``chunk_stays`` stays at a time;
+    write ``out_path`` (CSV, a row per stay of the file) and return a summary of counts (no patient-level value)."""
     bundle = read_bundle(bundle_path)
     if bundle.featurizer is None:
         raise InputError(f"release bundle {bundle.path} holds synthetic tables (a privehr-synthesize run), no model "
@@ -91,29 +105,33 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     window_hours, gap_hours = f["window_hours"], f["gap_hours"]
     check_extract(data_path)  # one line for a file that is not HDF5 or lacks patients / vitals_labs
     stays = _stays(_patients(data_path), data_path, window_hours, gap_hours)
-    scored = stays["reason"].isna().to_numpy()
-    window = read_window(data_path, stays.loc[scored, "icustay_id"].to_numpy(), window_hours, chunk_rows)
-    if window.variables != f["variables"]:
-        missing = [v for v in f["variables"] if v not in window.variables]
-        raise InputError(f"{data_path} has {len(window.variables)} hourly variables; the bundle's models take "
-                         f"{len(f['variables'])} in its order" + (f" (missing: {missing[:3]})" if missing else "")
-                         + ". Extract the file with the same MIMIC-Extract variables (group_by_level2).")
-    mean, count = _masked(window, f)
-    risks = apply_bundle(bundle, mean, count, models) if scored.any() else \
-        {m: np.empty(0) for m in (models or sorted(bundle.models()))}
-    table = stays.reset_index(drop=True)
-    for cell_id, p in risks.items():
-        column = np.full(len(table), np.nan)
-        column[scored] = p
-        table[f"risk_{cell_id}"] = column
-    table["bundle_sha256"] = sha256_file(bundle.path / MANIFEST)  # which bundle scored it: its signed manifest
-    table["predicted_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    with private_file(out_path) as tmp:  # patient-level: 0600, also over an existing file
-        table.to_csv(tmp, index=False)
-    return {"bundle": str(bundle.path), "data": str(data_path), "out": str(out_path), "stays": int(len(table)),
-            "scored": int(scored.sum()), "not_scored": int((~scored).sum()),
-            "in_cohort": int(table["in_cohort"].sum()), "models": sorted(risks),
-            "guarantee": bundle.manifest["guarantee"]}
+    loaded = load_models(bundle, models)
+    stamp = {"bundle_sha256": sha256_file(bundle.path / MANIFEST),  # which bundle scored it: its signed manifest
+             "predicted_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    with private_file(out_path) as tmp, open(tmp, "w", newline="") as fh:  # patient-level: 0600, also over a file
+        for start in range(0, len(stays), chunk_stays):  # streamed: memory bounded by a chunk of stays
+            table = stays.iloc[start:start + chunk_stays].reset_index(drop=True)
+            scored = table["reason"].isna().to_numpy()
+            risks = {m: np.empty(0) for m in loaded}
+            if scored.any():
+                window = read_window(data_path, table.loc[scored, "icustay_id"].to_numpy(), window_hours, chunk_rows)
+                if window.variables != f["variables"]:
+                    missing = [v for v in f["variables"] if v not in window.variables]
+                    raise InputError(f"{data_path} has {len(window.variables)} hourly variables; the bundle's models "
+                                     f"take {len(f['variables'])} in its order"
+                                     + (f" (missing: {missing[:3]})" if missing else "")
+                                     + ". Extract the file with the same MIMIC-Extract variables (group_by_level2).")
+                mean, count = _masked(window, f)
+                risks = _risks(loaded, f, mean, count, "cpu")
+            for cell_id, p in risks.items():
+                column = np.full(len(table), np.nan)
+                column[scored] = p
+                table[f"risk_{cell_id}"] = column
+            table.assign(**stamp).to_csv(fh, index=False, header=start == 0)
+    scored = int(stays["reason"].isna().sum())
+    return {"bundle": str(bundle.path), "data": str(data_path), "out": str(out_path), "stays": int(len(stays)),
+            "scored": scored, "not_scored": int(len(stays)) - scored, "in_cohort": int(stays["in_cohort"].sum()),
+            "models": sorted(loaded), "guarantee": bundle.manifest["guarantee"]}
 
 
 def _patients(path: Path) -> pd.DataFrame:

@@ -110,3 +110,15 @@ def test_a_bad_input_is_one_line_and_exit_2(setup, tmp_path, capsys, case):
     assert "\n" not in err and "Traceback" not in err and words in err, err
     assert "stay-" not in err  # rows and columns named, never a value
     assert open(data, "rb").read() == raw and (case == "out_a_directory" or not out.exists())
+
+
+def test_streamed_scoring_writes_what_one_chunk_writes(setup, tmp_path):
+    """Stays are scored a chunk at a time (memory bounded by the chunk): chunks of 7 stays, some of them all too
+    short, give the file one chunk gives, row for row, but for the time stamp."""
+    from privehr.tasks.predict import score_stays
+
+    whole = score_stays(setup["bundle"], setup["data"], tmp_path / "whole.csv")
+    parts = score_stays(setup["bundle"], setup["data"], tmp_path / "parts.csv", chunk_stays=7)
+    assert whole == parts | {"out": whole["out"]}
+    one, many = (pd.read_csv(tmp_path / f"{n}.csv").drop(columns="predicted_utc") for n in ("whole", "parts"))
+    pd.testing.assert_frame_equal(one, many)
