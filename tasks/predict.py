@@ -154,18 +154,32 @@ def _stays(patients: pd.DataFrame, path: Path, window_hours: int, gap_hours: int
     """Every stay of ``patients`` in the file's order, with ``in_cohort`` and the reason it gets no risk (None: it
     is scored). Ids must be whole numbers and each stay once; a stay's hours are read as a number (refused where a
     value is not one). Messages name rows and columns, never values."""
-    ids = patients.reset_index()
+    try:
+        ids = patients.reset_index()
+    except ValueError:  # a column named as an index level too
+        raise InputError(f"'patients' in {path} holds an id both as an index level and as a column; keep one, as "
+                         "MIMIC-Extract writes it") from None
     if ids.empty:
         raise InputError(f"'patients' in {path} holds no stay; there is nothing to score")
+    limit = float(np.iinfo(np.int64).max)
     for column in ("subject_id", "hadm_id", "icustay_id", "max_hours"):
-        values = pd.to_numeric(ids[column], errors="coerce")
-        bad = np.flatnonzero(values.isna().to_numpy() | (column != "max_hours") & (values % 1 != 0).to_numpy())
+        raw = ids[column]
+        numeric = pd.api.types.is_numeric_dtype(raw) and not pd.api.types.is_bool_dtype(raw) \
+            and not pd.api.types.is_complex_dtype(raw)
+        values = pd.to_numeric(raw, errors="coerce") if numeric or raw.dtype == object else \
+            pd.Series(np.nan, index=raw.index)  # dates, durations, booleans, complex numbers: not what is asked
+        with np.errstate(invalid="ignore"):
+            wrong = values.isna().to_numpy() | ~np.isfinite(values.to_numpy(dtype=float))
+            if column != "max_hours":  # whole numbers an int64 holds
+                wrong |= ((values % 1 != 0) | (values.abs() > limit)).to_numpy()
+        bad = np.flatnonzero(wrong)
         if bad.size:
             raise InputError(f"'patients' in {path}: {column} of row(s) {', '.join(map(str, bad[:5] + 1))}"
                              f"{' ...' if bad.size > 5 else ''} ({bad.size} in all) is missing or not "
-                             f"{'a number' if column == 'max_hours' else 'a whole number'}; fix those rows as "
-                             "MIMIC-Extract writes them")
+                             f"{'a number of hours' if column == 'max_hours' else 'a whole number'}; fix those rows "
+                             "as MIMIC-Extract writes them")
         ids[column] = values
+    ids[["subject_id", "hadm_id", "icustay_id"]] = ids[["subject_id", "hadm_id", "icustay_id"]].astype("int64")
     twice = np.flatnonzero(ids["icustay_id"].duplicated(keep=False).to_numpy())
     if twice.size:
         raise InputError(f"'patients' in {path}: rows {', '.join(map(str, twice[:5] + 1))}"

@@ -39,13 +39,15 @@ def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
     return k * epsilon, delta * sum(math.exp(i * epsilon) for i in range(k))
 
 
-def neighbouring_relation(epsilon: float | None, delta: float, unit: str, count_public: bool) -> dict:
+def neighbouring_relation(epsilon: float | None, delta: float, unit: str, count_public: bool,
+                          within: str | None = None) -> dict:
     """The relation a bundle's guarantee holds under, for its claimed add/remove-one total (``epsilon``, ``delta``;
     epsilon None where the total is not DP): add/remove one ``unit``, or, where the bundle carries the exact count of
-    ``unit`` records, replace one ``unit`` with the total group privacy gives it."""
+    ``unit`` records, replace one ``unit`` with the total group privacy gives it (``within``: the replacement stays in
+    that part, where the counts of several parts are shipped)."""
     if not count_public:
         return {"relation": f"add/remove one {unit}", "why": f"the {unit} count is not released exactly"}
-    out = {"relation": f"replace one {unit}",
+    out = {"relation": f"replace one {unit}" + (f" within {within}" if within else ""),
            "why": f"the exact {unit} count is public and shipped, so datasets of other sizes are told apart by it; "
                   "the add/remove-one total holds for a replacement as group privacy of two (2 epsilon, "
                   "(1 + e^epsilon) delta)"}

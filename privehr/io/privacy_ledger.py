@@ -400,12 +400,11 @@ class Ledger:
 
     def probe_writable(self) -> None:
         """:meth:`check_writable`'s proof without creating the ledger (a command's check before Prefect starts):
-        the file opens for appending, or its nearest existing directory takes a new entry (made and removed at once:
-        nothing is left behind)."""
+        the file (if it exists) opens for appending, and its directory, or the nearest one that exists, takes a new
+        entry (the head's and key's files are written beside the ledger; made and removed at once)."""
         try:
-            if self.path.exists():
+            if self.path.exists():  # the file appends, and its directory takes the head's and key's files
                 os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND))
-                return
             parent = self.path.parent
             while not parent.exists() and parent != parent.parent:
                 parent = parent.parent

@@ -96,11 +96,15 @@ def bundle_neighbours(unit: str, counts: dict | None, total: dict) -> dict:
     """The neighbouring relation a bundle's guarantee holds under, derived from what it ships: replace one ``unit``
     (a patient of a synthesis bundle, an ICU stay of a model bundle) with the group-privacy total where its counts
     are the exact, public ones (a model bundle's ``release.record_count: public``, a synthesis bundle's
-    ``public_patient_count``), else add/remove one (:mod:`privehr.models.privacy.neighbours`)."""
+    ``public_patient_count``), else add/remove one (:mod:`privehr.models.privacy.neighbours`). A model bundle's public
+    counts are per split (train, dev, test: the split is a hash of each patient), so its replacement must stay in its
+    split: a stay replaced by one hashed to another split changes the shipped counts."""
     counts = counts or {}
     public = counts.get("source") == "public" or "patients_delivered" in counts
     claimed = total["epsilon_prv"] if total.get("epsilon_prv") is not None else total.get("epsilon_rdp")
-    return neighbouring_relation(claimed, total["delta"], unit, public)
+    per_split = public and "patients_delivered" not in counts  # a model bundle's counts: train, dev and test
+    within = "its split (the counts of train, dev and test are public)" if per_split else None
+    return neighbouring_relation(claimed, total["delta"], unit, public, within=within)
 
 
 def card_neighbours(card: dict, total: dict) -> dict:
@@ -301,6 +305,8 @@ def _card_problems(bundle: Path, manifest: dict, files: dict, listed: dict) -> l
     counts = _read(bundle / "counts.json") if "counts.json" in files else None
     if card.get("counts") != counts:
         problems.append("the card's counts are not counts.json's")
+    if isinstance(counts, dict) and counts.get("source") != files["counts.json"].get("source"):
+        problems.append("counts.json: its source is not the one the manifest lists for it")
     named = set(BUNDLE_FILES)
     if card.get("kind") == "synthetic tables":
         named |= {f for t in card["tables"] for f in t["files"]}

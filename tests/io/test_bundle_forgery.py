@@ -1,9 +1,10 @@
 """A release bundle cannot be forged: each forgery of issue 41 fails ``release verify`` with a line naming it.
 
 The bundle is built as tasks/release_bundle.py builds one (its card, the ledger entries, ``write_manifest``) from two
-small logistic regressions, without a pipeline run (tests/oracles/small_bundle.py). A forger holds the bundle, not the hospital's signing
-key: every edit below rewrites the manifest's hashes (and total) as a forger would, and either leaves the hospital's
-signature (which then fails) or signs with a key of their own (which a pinned fingerprint, or the ledger, refuses).
+small logistic regressions, without a pipeline run (tests/oracles/small_bundle.py). A forger holds the bundle, not
+the hospital's signing key: every edit below rewrites the manifest's hashes (and total) as a forger would, and either
+leaves the hospital's signature (which then fails) or signs with a key of their own (which a pinned fingerprint, or
+the ledger, refuses).
 """
 
 from __future__ import annotations
@@ -119,6 +120,14 @@ def test_the_card_rewritten_to_say_epsilon_0_1(made, capsys):
     assert "0.100" not in capsys.readouterr().out
 
 
+def test_counts_listed_as_public_but_released_with_noise_do_not_verify(made):
+    """The relation is read off counts.json's own source: a manifest that lists it as public (no release behind it)
+    while its content says dp would otherwise claim add/remove-one over counts it calls public."""
+    _forge(made["bundle"], lambda m: m["files"]["counts.json"].update(source="public", releases=[]),
+           Ed25519PrivateKey.generate())
+    assert _has(_problems(made), "counts.json: its source is not the one the manifest lists")
+
+
 def test_an_extra_file_listed_as_public(made):
     bundle = made["bundle"]
     (bundle / "notes.csv").write_text("icustay_id,risk\n1,0.5\n")
@@ -213,21 +222,23 @@ def test_exact_public_counts_make_the_card_claim_replace_one_at_the_group_privac
     card = json.loads((public["bundle"] / "card.json").read_text())
     eps, delta = public["total"]["epsilon_prv"], public["total"]["delta"]
     n = card["privacy"]["neighbours"]
-    assert n["relation"] == "replace one ICU stay"
+    # per-split counts ship: a replacement must keep the stay's split (a review found the plain claim too broad)
+    assert n["relation"] == "replace one ICU stay within its split (the counts of train, dev and test are public)"
     assert n["epsilon"] == pytest.approx(2 * eps) and n["delta"] == pytest.approx((1 + np.exp(eps)) * delta)
     assert f"epsilon {2 * eps:.3g}" in card["privacy"]["guarantee"] and "replace one ICU stay" in card["privacy"][
         "guarantee"]
     assert main(["release", "show", str(public["bundle"])]) == 0
-    assert "replace one ICU stay, not by one more or less" in capsys.readouterr().out
+    assert "replace one ICU stay within its split (the counts of train, dev and test are public), not by one more" \
+        in capsys.readouterr().out
     assert verify_bundle(public["bundle"], public["entries"], public["fingerprint"])["ok"]
 
     def add_remove(manifest):  # the public-count bundle's card rewritten to claim add/remove-one
         manifest["card"]["privacy"]["neighbours"] = {"relation": "add/remove one ICU stay",
                                                      "why": "the ICU stay count is not released exactly"}
     _forge(public["bundle"], add_remove, Ed25519PrivateKey.generate())
-    assert _has(_problems(public), "neighbouring relation", "(replace one ICU stay)")
+    assert _has(_problems(public), "neighbouring relation", "(replace one ICU stay within its split")
 
     def understated(manifest):  # replace-one, at the add/remove total
         manifest["card"]["privacy"]["neighbours"] = n | {"epsilon": eps, "delta": delta}
     _forge(public["bundle"], understated, Ed25519PrivateKey.generate())
-    assert _has(_problems(public), "neighbouring relation", "(replace one ICU stay)")
+    assert _has(_problems(public), "neighbouring relation", "(replace one ICU stay within its split")

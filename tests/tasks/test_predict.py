@@ -94,11 +94,18 @@ def _bad_inputs(setup) -> dict:
         "text_ids": (_variant(setup, "text-ids", lambda p: p.reset_index().assign(
             icustay_id=lambda f: "stay-" + f["icustay_id"].astype(str)).set_index(p.index.names)),
             "icustay_id of row(s)"),
+        # a review's finds: an id beyond int64 (written wrapped before), hours stored as durations (scored before)
+        "id_beyond_int64": (_variant(setup, "huge-id", lambda p: p.reset_index().assign(
+            icustay_id=lambda f: f["icustay_id"].astype(float).where(f.index != 1, 1e19)).set_index(p.index.names)),
+            "icustay_id of row(s) 2 (1 in all)"),
+        "max_hours_a_duration": (_variant(setup, "duration-hours", lambda p: p.assign(
+            max_hours=pd.to_timedelta(p["max_hours"], unit="h"))), "max_hours of row(s) 1, 2, 3, 4, 5 ..."),
     }
 
 
 @pytest.mark.parametrize("case", ["not_hdf5", "a_csv", "no_vitals_labs", "no_stays", "a_stay_twice", "text_max_hours",
-                                  "nan_hadm_id", "text_ids", "out_a_directory"])
+                                  "nan_hadm_id", "text_ids", "id_beyond_int64", "max_hours_a_duration",
+                                  "out_a_directory"])
 def test_a_bad_input_is_one_line_and_exit_2(setup, tmp_path, capsys, case):
     if case == "out_a_directory":
         data, words, out = str(setup["data"]), "is a directory", tmp_path
