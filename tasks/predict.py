@@ -143,10 +143,6 @@ def _patients(path: Path) -> pd.DataFrame:
                          "MIMIC-Extract file (all_hourly_data.h5)") from None
     if not isinstance(patients, pd.DataFrame):
         raise InputError(f"key 'patients' in {path} is not a table; give a MIMIC-Extract file (all_hourly_data.h5)")
-    lacking = sorted({"subject_id", "hadm_id", "icustay_id", "max_hours"} - set(patients.reset_index().columns))
-    if lacking:
-        raise InputError(f"'patients' in {path} lacks {', '.join(lacking)}; MIMIC-Extract writes subject_id, hadm_id "
-                         "and icustay_id (its index) and max_hours")
     return patients
 
 
@@ -159,6 +155,10 @@ def _stays(patients: pd.DataFrame, path: Path, window_hours: int, gap_hours: int
     except ValueError:  # a column named as an index level too
         raise InputError(f"'patients' in {path} holds an id both as an index level and as a column; keep one, as "
                          "MIMIC-Extract writes it") from None
+    lacking = sorted({"subject_id", "hadm_id", "icustay_id", "max_hours"} - set(ids.columns))
+    if lacking:
+        raise InputError(f"'patients' in {path} lacks {', '.join(lacking)}; MIMIC-Extract writes subject_id, hadm_id "
+                         "and icustay_id (its index) and max_hours")
     if ids.empty:
         raise InputError(f"'patients' in {path} holds no stay; there is nothing to score")
     limit = float(np.iinfo(np.int64).max)
@@ -179,13 +179,12 @@ def _stays(patients: pd.DataFrame, path: Path, window_hours: int, gap_hours: int
                              f"{'a number of hours' if column == 'max_hours' else 'a whole number'}; fix those rows "
                              "as MIMIC-Extract writes them")
         ids[column] = values
-    ids[["subject_id", "hadm_id", "icustay_id"]] = ids[["subject_id", "hadm_id", "icustay_id"]].astype("int64")
-    twice = np.flatnonzero(ids["icustay_id"].duplicated(keep=False).to_numpy())
+    stays = ids[["subject_id", "hadm_id", "icustay_id"]].astype("int64")
+    twice = np.flatnonzero(stays["icustay_id"].duplicated(keep=False).to_numpy())
     if twice.size:
         raise InputError(f"'patients' in {path}: rows {', '.join(map(str, twice[:5] + 1))}"
                          f"{' ...' if twice.size > 5 else ''} share an icustay_id ({twice.size} rows); each stay "
                          "once, as MIMIC-Extract writes it")
-    stays = ids[["subject_id", "hadm_id", "icustay_id"]].astype("int64")
     hours = ids["max_hours"].to_numpy(dtype=float)
     stays["in_cohort"] = hours > window_hours + gap_hours
     stays["reason"] = np.where(hours >= window_hours, None,

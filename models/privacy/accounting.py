@@ -433,17 +433,16 @@ def _sigma_for(accountant: str, target_epsilon: float, delta: float, sample_rate
         return None
     from opacus.accountants.utils import get_noise_multiplier
 
-    for extra in [{"eps_error": prv_error(target_epsilon)}]:
-        try:
-            with warnings.catch_warnings():  # RDP's "largest alpha" note; PRV's log(0) at its domain edge
-                warnings.simplefilter("ignore", UserWarning)
-                warnings.simplefilter("ignore", RuntimeWarning)
-                return get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta,
-                                            sample_rate=sample_rate, steps=steps, accountant=accountant,
-                                            epsilon_tolerance=_tolerance(target_epsilon), **extra)
-        except (ValueError, RuntimeError, AssertionError):
-            continue
-    return None
+    try:
+        with warnings.catch_warnings():  # PRV's log(0) at its domain edge; its RDP domain's "largest alpha" note
+            warnings.simplefilter("ignore", UserWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate,
+                                        steps=steps, accountant=accountant,
+                                        epsilon_tolerance=_tolerance(target_epsilon),
+                                        eps_error=prv_error(target_epsilon))
+    except (ValueError, RuntimeError, AssertionError):
+        return None
 
 
 @lru_cache(maxsize=256)  # public inputs only; 1-3 s a calibration at q = 0.5 (bench/calibration_speed.py)
