@@ -29,6 +29,7 @@ from privehr.tasks.cohort import build_cohort
 from privehr.tasks.compute import CONCURRENT_FITS
 from privehr.tasks.features import build_features
 from privehr.tasks.patient_budget import leave_out_spent_patients
+from privehr.tasks.progress import follow_fits
 from privehr.tasks.record_counts import COUNTS_KEY, STATISTICS_KEY, check_preprocessing_budget, release_record_counts
 from privehr.tasks.release_bundle import write_release_bundle
 from privehr.tasks.ingest import ingest_extract
@@ -112,7 +113,9 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
         wait(chosen)
         searched = time.perf_counter()
         clock.add("search", searched - start)  # the fits of early cells overlap it
-        wait(runs)  # a failed fit leaves the others to finish (and enter the ledger) before the run stops
+        # k of N fits and the time left, as each group ends; a failed fit leaves the others to finish (and enter the
+        # ledger) before the run stops
+        follow_fits(runs, [len(group) for group in groups], start)
         clock.add("fit (after the last search)", time.perf_counter() - searched)
         # rows in the grid's order, whatever the groups
         done = {fit: row for group, r in zip(groups, runs) for fit, row in zip(group, r.result())}
@@ -121,7 +124,8 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
         if config.release.bundle:  # before the report, whose first screen is the bundle's card
             with clock.stage("release bundle"):
                 bundle = write_release_bundle(run_dir, rows, config, reservations)
-        summary = write_report(run_dir, rows, config.privacy, config.evaluation, config.pages, clock.seconds)
+        summary = write_report(run_dir, rows, config.privacy, config.evaluation, config.pages, clock.seconds,
+                               config.data)
         clock.add("report", summary["stage_seconds"]["report"])
         summary["release"] = bundle
         if config.versioning.dvc:

@@ -16,22 +16,26 @@ from privehr.models.evaluation.grid_summary import summarise_grid
 from privehr.models.privacy.ledger import compose_entries
 from privehr.core.records import FitRow
 from privehr.core.run_layout import RunLayout
-from privehr.core.config import Cell, EvaluationConfig, PagesConfig, PrivacyConfig
+from privehr.core.config import Cell, DataConfig, EvaluationConfig, PagesConfig, PrivacyConfig
 from privehr.tasks.evaluation import TestEvaluation, calibration_bins, cell_key, evaluate_cells
 from privehr.io.spreadsheet import spreadsheet_safe
 from privehr.io.figures import plot_auroc_vs_epsilon, plot_expm_boxplots, plot_reliability, plot_subgroup_cost
 from privehr.core.strict_json import strict_dumps, strict_json
+from privehr.io.mimic_extract import extract_source
 from privehr.io.pages import page_url
 from privehr.io.privacy_ledger import Ledger, short_dataset, source_patients
 from privehr.io.report_html import inline_figures, write_report_html
+from privehr.tasks.release_bundle import LABEL_DEFINITIONS
 from privehr.tasks.run_logging import in_prefect_run
 from privehr.tasks.stage_timing import timing_table
 from privehr.tasks.synthesis_report import raw_accuracy
 
-__all__ = ["write_report", "results_table", "curve_check_lines", "evaluation_lines"]
+__all__ = ["write_report", "console_table", "results_table", "curve_check_lines", "evaluation_lines"]
 
 COLUMNS = ["label", "model", "method", "loss", "target_epsilon", "auroc_median", "auprc_median", "seeds",
            "epsilon_prv", "epsilon_rdp", "epsilon_pld", "guarantee", "auroc_bayes", "auroc_map", "gap_std"]
+METHOD_NAMES = {"dp_sgd": "DP-SGD", "expm_nf": "ExpM+NF", "dp_expm_nf": "ExpM flow by DP-SGD",
+                "non_private": "non-private"}
 PRIVACY_NOTE = ("epsilon of each DP-SGD release at delta = {delta} by three accountants: PRV (claimed), RDP (upper "
                 "bound) and PLD (dp-accounting, upper bound); PRV and RDP are below the target. Noise and Poisson "
                 "sampling come from OS entropy and are never stored{reproducible}. ExpM+NF rows: target_epsilon is "
@@ -244,7 +248,6 @@ def _synthesis_lines(run_dir: Path) -> str:
             + metric + ", ".join(f"{b} {v:.2f}" for b, v in values.items()) + f". Report: `{path}`.\n\n")
 
 
-@task(name="report")
 def _bundle_lines(run: RunLayout, runs: list[dict]) -> str:
     """The first screen: what may leave the hospital (the bundle's card), each model's DP evaluation beside the
     exact one this internal report holds."""
@@ -268,9 +271,66 @@ def _bundle_lines(run: RunLayout, runs: list[dict]) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def _task_and_source(run_dir: Path, runs: list[dict], data: DataConfig, cohort: dict) -> str:
+    """The report's first lines: the task (labels, window), where the data came from (a banner: simulated or
+    patients' records) and what the run trained. File names and counts only."""
+    labels = list(dict.fromkeys(r["label"] for r in runs))
+    task_text = " and ".join(f"{LABEL_DEFINITIONS.get(label, label)} ({label})" for label in labels) or "no label"
+    source = extract_source(data.hdf5_path) if Path(data.hdf5_path).is_file() else None
+    if source is None:
+        banner = f"> **Data:** `{data.hdf5_path}` is no longer readable; the report cannot say where it came from."
+    elif source["simulated"]:
+        banner = (f"> **Simulated data.** `{source['file']}` was written by {source['generator']}: no patient is "
+                  "behind these numbers, and they say nothing about real patients' risks.")
+    else:
+        banner = (f"> **Patients' records.** `{source['file']}` is a MIMIC-Extract file not written by privehr's "
+                  "simulator. This report holds exact results and stays inside the hospital; what may leave it is "
+                  "the release bundle below.")
+    methods = ", ".join(dict.fromkeys(METHOD_NAMES.get(r["method"], r["method"]) for r in runs))
+    models = ", ".join(dict.fromkeys(r["model"].replace("_", " ") for r in runs))
+    return (f"# Risk of {task_text} from the first {data.window_hours} hours of an ICU stay\n\n{banner}\n\n"
+            f"Run `{run_dir.name}`: {cohort['stays']} stays of `{data.hdf5_path}`; models {models}; trained by "
+            f"{methods}; {len(runs)} fits.\n\n")
+
+
+def console_table(summary: dict) -> str:
+    """The console's last screen: what matters of each cell (label, model, method, epsilon, the exact test AUROC
+    with its interval, the guarantee), then the commands that come next."""
+    intervals = {_key(c): c.get("auroc_ci") for c in summary["evaluation"]["cells"]}
+    level = round(100 * summary["evaluation"]["confidence"])
+    head = ["label", "model", "method", "epsilon", f"AUROC [{level} % interval]", "guarantee"]
+    rows = []
+    for r in summary["results"]:
+        method = METHOD_NAMES.get(r["method"], r["method"]) + f" ({r['loss']})"
+        epsilon = ("-" if r["method"] == "non_private" else f"eps~ {r['target_epsilon']:g}"
+                   if r["method"] == "expm_nf" else _cell(r.get("epsilon_prv")))
+        low_high = intervals.get(_key(r))
+        auroc = _cell(r.get("auroc_median")) + (f" [{low_high[0]:.3f}, {low_high[1]:.3f}]" if low_high else "")
+        rows.append([r["label"], r["model"], method, epsilon, auroc or "n/a", str(r.get("guarantee") or "")])
+    widths = [max(len(x) for x in column) for column in zip(head, *rows)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    text = [line(head), *map(line, rows),
+            "AUROC: exact, on the run's test split, median over seeds (internal: it stays in the hospital); epsilon: "
+            "each release's alone, by PRV; the ledger composes them."]
+    bundle = (summary.get("release") or {}).get("path")
+    if bundle:
+        text += ["", "next:", f"  privehr release show {bundle}      the model card: what may leave the hospital",
+                 f"  privehr predict {bundle} --data FILE.h5 --out risks.csv      risks for new stays",
+                 f"  privehr release verify {bundle}      hashes, signature and accounting, before it is sent"]
+    return "\n".join(text)
+
+
+def _key(row: dict) -> tuple:
+    """A cell's identity in the results rows and the evaluation's cells alike (no epsilon: None)."""
+    eps = row.get("target_epsilon")
+    eps = None if eps is None or not np.isfinite(eps) else float(eps)
+    return row["label"], row["model"], row["method"], row["loss"], eps
+
+
+@task(name="report")
 def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = PrivacyConfig(),
                  evaluation: EvaluationConfig = EvaluationConfig(), pages: PagesConfig = PagesConfig(),
-                 stage_seconds: dict[str, float] | None = None) -> dict:
+                 stage_seconds: dict[str, float] | None = None, data: DataConfig = DataConfig()) -> dict:
     """Write results_runs.csv, results.csv, results.md, report.html, the figures and metrics.json.
 
     ``stage_seconds``: the wall time of the flow's stages so far; the report's own (up to writing
@@ -297,7 +357,7 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
     reliability = plot_reliability(evaluated, run.figure("calibration"))
     subgroup_figure = plot_subgroup_cost(ev.privacy_cost, run.figure("subgroup_privacy_cost"))
     table = results_table(rows)
-    markdown = (f"# privehr run {run_dir.name}\n\n{_bundle_lines(run, runs)}![AUROC vs epsilon]({figure.name})\n\n"
+    markdown = (f"{_task_and_source(run_dir, runs, data, cohort)}{_bundle_lines(run, runs)}![AUROC vs epsilon]({figure.name})\n\n"
                 f"## Results\n\nMedian test metrics over seeds.\n\n{table}\n\n{note}\n\n{curve_check_lines(checks)}"
                 + (f"![ExpM+NF AUROC of each draw]({boxplots.name})\n\n" if boxplots else "")
                 + evaluation_lines(ev, evaluation)

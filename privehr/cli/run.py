@@ -91,14 +91,14 @@ def run_command(args) -> int:
     no_prefect_analytics()
     # deferred for start-up time (prefect, torch, great_expectations)
     from privehr.flows.pipeline import on_dask, pipeline
-    from privehr.tasks.report import curve_check_lines, results_table
+    from privehr.tasks.report import console_table, curve_check_lines
 
     flow = on_dask(args.dask_address, args.dask_workers) if (args.dask or args.dask_address) else pipeline
     summary = flow(config)
     versioning = summary.get("versioning", {})
     text = "\n".join([
-        "", results_table(summary["results"]), "", summary["privacy_note"], "",
-        *filter(None, [curve_check_lines(summary.get("dp_sgd_checks", [])).rstrip()]), f"figure: {summary['figure']}",
+        "", *filter(None, [curve_check_lines(summary.get("dp_sgd_checks", [])).rstrip()]),
+        f"every column of every cell: {Path(summary['run_dir']) / 'results.csv'}", f"figure: {summary['figure']}",
         f"report (calibration, intervals, subgroups): {summary['report_html']}"
         + (f" - `privehr serve`, then {page_url(summary['report_html'], config.artifacts_dir, config.pages.base_url)}"
            if config.pages.base_url else ""),
@@ -106,6 +106,7 @@ def run_command(args) -> int:
         f"run {summary['run_id']}: artifacts in {summary['run_dir']}/",
         f"  versioned with DVC: {versioning['dvc_file']}" if versioning.get("versioned")
         else f"  not versioned with DVC ({versioning.get('reason', 'disabled')})",
+        "", console_table(summary),
     ])
     emit(args, summary, text)
     return 0

@@ -5,8 +5,10 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import h5py
 import pandas as pd
 
+from privehr.io.mimic_extract import SIMULATED_ATTR
 from privehr.simulate.ehr_simulator import simulate_ehr_table
 from privehr.simulate.severity_simulator import SimulatedExtract, simulate_extract
 from privehr.resources import mimic_extract_variables
@@ -38,7 +40,8 @@ def write_demo_mimic(out: Path, n_stays: int = 4000, seed: int = 0, *, n_variabl
 
 
 def write_extract(sim: SimulatedExtract, out: Path) -> None:
-    """Write the frames with MIMIC-Extract's keys and formats, atomically (a .partial file, then rename)."""
+    """Write the frames with MIMIC-Extract's keys and formats, atomically (a .partial file, then rename), the file
+    marked as simulated (a root attribute MIMIC-Extract never writes)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
@@ -51,6 +54,8 @@ def write_extract(sim: SimulatedExtract, out: Path) -> None:
             sim.codes.to_hdf(tmp, key="codes")
         sim.patients.to_hdf(tmp, key="patients", format="table")
         sim.vitals_labs_mean.to_hdf(tmp, key="vitals_labs_mean")
+    with h5py.File(tmp, "a") as h5:  # the run's report says so in a banner (privehr.io.mimic_extract.extract_source)
+        h5.attrs[SIMULATED_ATTR] = "privehr's severity simulator (privehr demo-data mimic)"
     tmp.replace(out)
 
 

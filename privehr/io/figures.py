@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 
 from privehr.models.evaluation.mixed_fidelity import is_discrete  # noqa: E402
 
-__all__ = ["plot_auroc_vs_epsilon", "plot_expm_boxplots", "plot_synthesis_utility", "plot_reliability",
+__all__ = ["plot_auroc_vs_epsilon", "auroc_vs_epsilon_figure", "plot_expm_boxplots", "plot_synthesis_utility", "plot_reliability",
            "plot_subgroup_cost", "marginal_histograms"]
 
 METHOD_LABELS = {"dp_sgd": "DP-SGD", "expm_nf": "ExpM+NF (eps~, no proven DP)",
@@ -47,9 +47,14 @@ def plot_auroc_vs_epsilon(summary: pd.DataFrame, path: Path) -> Path:
     Private methods are lines over epsilon (log axis), one per loss; the non-private baseline (best
     median over losses) is a dashed horizontal line.
     """
-    panels = summary[["label", "model"]].drop_duplicates().itertuples(index=False)
-    panels = list(panels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    _save(auroc_vs_epsilon_figure(summary), path)
+    return path
+
+
+def auroc_vs_epsilon_figure(summary: pd.DataFrame):
+    """The figure of :func:`plot_auroc_vs_epsilon`, its panels on one y-range (a reader compares them by eye)."""
+    panels = list(summary[["label", "model"]].drop_duplicates().itertuples(index=False))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False, sharey=True)
     for ax, (label, model) in zip(axes[0], panels):
         part = summary[(summary["label"] == label) & (summary["model"] == model)]
         private = part[np.isfinite(part["target_epsilon"])]
@@ -62,8 +67,7 @@ def plot_auroc_vs_epsilon(summary: pd.DataFrame, path: Path) -> Path:
             ax.axhline(baseline["auroc_median"].max(), linestyle="--", color="black", label="non-private")
         ax.set_xscale("log")
         _dress(ax, "target epsilon (eps~ for ExpM+NF)", "median test AUROC", label, model, legend_size=7)
-    _save(fig, path)
-    return path
+    return fig
 
 
 def plot_expm_boxplots(draws: pd.DataFrame, path: Path) -> Path | None:
@@ -72,7 +76,7 @@ def plot_expm_boxplots(draws: pd.DataFrame, path: Path) -> Path | None:
     if draws.empty:
         return None
     panels = list(draws[["label", "model"]].drop_duplicates().itertuples(index=False))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False, sharey=True)
     for ax, (label, model) in zip(axes[0], panels):
         part = draws[(draws["label"] == label) & (draws["model"] == model)]
         epsilons = sorted(part["target_epsilon"].unique())

@@ -22,13 +22,15 @@ from privehr.core.errors import InputError
 from privehr.io.hdf5_fixed import FixedFrame
 
 __all__ = ["HourlyWindow", "check_extract", "read_patients", "read_window", "read_window_pandas",
-           "inspect_extract", "sha256_file", "REQUIRED_KEYS", "HOURLY_INDEX"]
+           "inspect_extract", "sha256_file", "extract_source", "REQUIRED_KEYS", "HOURLY_INDEX",
+           "SIMULATED_ATTR"]
 
 REQUIRED_KEYS = ("patients", "vitals_labs")
 OPTIONAL_KEYS = ("vitals_labs_mean", "interventions", "codes")
 HOURLY_INDEX = ["subject_id", "hadm_id", "icustay_id", "hours_in"]
 COLUMN_LEVELS = ["LEVEL2", "Aggregation Function"]
 GENERATE_HINT = "generate demo data with: privehr demo-data mimic --out {path}"
+SIMULATED_ATTR = "privehr_simulated"  # a root attribute of the files privehr's simulator writes, naming it
 
 
 @dataclass
@@ -73,6 +75,22 @@ def check_extract(path: str | Path) -> list[str]:
                          f"{list(REQUIRED_KEYS)} (optional: {list(OPTIONAL_KEYS)}). Is this the output of "
                          "MIMIC-Extract's mimic_direct_extract.py?")
     return keys
+
+
+def extract_source(path: str | Path) -> dict:
+    """Where a run's data comes from, for its report: the file's name, and whether privehr's simulator wrote it
+    (the root attribute ``SIMULATED_ATTR``; a file without it, such as MIMIC-Extract's own output, is taken as
+    patients' records). Names only: no value of the file is read.
+
+    A simulated file that lost the attribute (rewritten by another tool) is reported as real: the banner errs
+    toward care with the results, never toward calling patients' data simulated."""
+    path = Path(path)
+    with h5py.File(path, "r") as h5:
+        generator = h5.attrs.get(SIMULATED_ATTR)
+    if isinstance(generator, bytes):
+        generator = generator.decode("utf-8", "replace")
+    return {"file": path.name, "path": str(path), "simulated": generator is not None,
+            "generator": None if generator is None else str(generator)}
 
 
 def read_patients(path: str | Path) -> pd.DataFrame:

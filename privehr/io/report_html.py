@@ -19,7 +19,8 @@ __all__ = ["write_report_html", "inline_figures"]
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:12px;margin:1em 0;display:block;overflow-x:auto}
 th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#f3f3f3}
-td:first-child,th:first-child{text-align:left}img{max-width:100%}code{background:#f3f3f3}"""
+td:first-child,th:first-child{text-align:left}img{max-width:100%}code{background:#f3f3f3}
+blockquote{background:#fff4c2;border-left:6px solid #d9a400;margin:1em 0;padding:.4em 1em}"""
 
 
 def inline_figures(markdown_text: str, directory: str | Path) -> str:

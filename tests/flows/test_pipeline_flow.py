@@ -106,6 +106,9 @@ def test_pipeline_writes_a_complete_run_and_leaves_the_input_untouched(tmp_path,
     assert metrics["fit_task_seconds"] == pytest.approx(sum(r["fit_seconds"] for r in _fit_rows(run_dir)))
     page = (run_dir / "report.html").read_text()
     assert "<table>" in page and "data:image/png;base64," in page and 'src="calibration.png"' not in page
+    # it opens on the task and the data's source, then the bundle's card
+    assert report.startswith("# Risk of death in the ICU (mort_icu) and ICU stay longer than 3 days (los_3)")
+    assert report.index("> **Simulated data.**") < report.index("## Release bundle") and "<blockquote>" in page
     assert json.loads((run_dir / "ingest.json").read_text())["sha256"] == before
     assert hashlib.sha256(small_extract.read_bytes()).hexdigest() == before
     assert PipelineConfig.model_validate_json((run_dir / "config.json").read_text()) == config

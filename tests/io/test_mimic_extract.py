@@ -92,3 +92,22 @@ def test_nan_labels_and_duplicate_stays_are_excluded_and_counted(tmp_path, small
     assert s["cohort"]["exclusions"]["missing_labels"] == 1
     assert s["cohort"]["exclusions"]["duplicate_stays"] == 2
     assert s["cohort"]["stays"] == inspect_extract(small_extract)["cohort"]["stays"] - 2
+
+
+def test_the_source_of_a_file_says_simulated_only_for_the_simulators_own(tmp_path):
+    from privehr.io.mimic_extract import SIMULATED_ATTR, extract_source
+    import h5py
+
+    write_demo_mimic(tmp_path / "sim.h5", n_stays=20, seed=1)
+    source = extract_source(tmp_path / "sim.h5")
+    assert source["simulated"] and "simulator" in source["generator"] and source["file"] == "sim.h5"
+    with h5py.File(tmp_path / "sim.h5", "a") as h5:  # the same file as MIMIC-Extract would write it: no mark
+        del h5.attrs[SIMULATED_ATTR]
+    assert extract_source(tmp_path / "sim.h5") == {"file": "sim.h5", "path": str(tmp_path / "sim.h5"),
+                                                   "simulated": False, "generator": None}
+
+
+def test_the_real_demo_extract_is_not_called_simulated(real_demo_extract):
+    from privehr.io.mimic_extract import extract_source
+
+    assert not extract_source(real_demo_extract)["simulated"]
