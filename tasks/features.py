@@ -14,16 +14,17 @@ from privehr.core.config import FeaturizerSource, PrivacyConfig
 from privehr.core.errors import InputError
 from privehr.core.run_layout import RunLayout
 from privehr.core.strict_json import strict_dumps
-from privehr.io.privacy_ledger import record_release
+from privehr.io.privacy_ledger import record_release, void_reservation
 from privehr.models.data.cohort import LABELS
-from privehr.models.data.featurizer_statistics import (FeaturizerStatistics, dp_statistics, exact_statistics,
-                                                       public_statistics)
+from privehr.models.data.featurizer_statistics import (FeaturizerStatistics, can_inform, dp_statistics,
+                                                       exact_statistics, fallback_threshold, public_statistics)
 from privehr.models.data.hourly_features import HourlyFeaturizer
 from privehr.models.data.patient_split import SPLITS
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import Reserved
 from privehr.resources import mimic_extract_variables
 from privehr.tasks.cohort import load_cohort
+from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
 from privehr.tasks.split import load_manifest
 
@@ -46,15 +47,27 @@ def _known(variables: list[str], source: str):
 
 
 def featurizer_statistics(data: dict, train: np.ndarray, source: FeaturizerSource, privacy: PrivacyConfig,
-                          reserved: Reserved | None):
+                          reserved: Reserved | None, records: float | None = None):
     """The featurizer's (mean, std) by ``source``; a DP release enters the ledger before anything is written.
-    Returns (statistics, the ledger's release id or None)."""
+
+    ``records``: the released (DP or public) count of training stays. Where it shows that a DP release would
+    leave every variable on the public values (``can_inform``), the release is not made, its reservation is
+    voided and the public statistics are used: nothing spent, and said. Returns (statistics, the ledger's release
+    id or None, why a DP release was not made or None)."""
     variables = data["variables"].tolist()
     if source == "exact":
-        return exact_statistics(data["mean"][train], data["count"][train]), None
+        return exact_statistics(data["mean"][train], data["count"][train]), None, None
     table = _known(variables, source)
     if source == "public":
-        return public_statistics(variables, dict(zip(variables, zip(table["mean"], table["sd"])))), None
+        return public_statistics(variables, dict(zip(variables, zip(table["mean"], table["sd"])))), None, None
+    public = public_statistics(variables, dict(zip(variables, zip(table["mean"], table["sd"]))))
+    if records is not None and not can_inform(reserved.plan.noise_multiplier, len(variables), records):
+        threshold = fallback_threshold(reserved.plan.noise_multiplier, len(variables))
+        why = (f"about {records:.0f} training stays, below the {threshold:.0f} every variable's noisy count would "
+               "need: all would fall back to the published statistics")
+        void_reservation(privacy.ledger_path, reserved.reservation, "not made: " + why)
+        run_logger().info("features: the DP featurizer release was not made (%s); nothing spent", why)
+        return public, None, why
     noise = NoiseSource.for_release(privacy.reproducible_noise, "featurizer statistics")
     statistics = dp_statistics(data["mean"][train], data["count"][train], data["subject_id"][train],
                                table["valid_low"].to_numpy(float), table["valid_high"].to_numpy(float),
@@ -62,7 +75,7 @@ def featurizer_statistics(data: dict, train: np.ndarray, source: FeaturizerSourc
                                fallback_mean=table["mean"].to_numpy(float),  # public: where the noise is too large
                                fallback_std=table["sd"].where(table["sd"] > 0, 1.0).to_numpy(float))
     entry = reserved.plan.ledger_entry(noise.guarantee, "featurizer statistics")
-    return statistics, record_release(privacy.ledger_path, reserved.reservation, entry).release
+    return statistics, record_release(privacy.ledger_path, reserved.reservation, entry).release, None
 
 
 def _released(run: RunLayout):
@@ -89,10 +102,13 @@ def build_features(cohort_path: str, manifest_path: str, run_dir: str, source: F
                          "a larger input file or other split fractions.")
     train = members["train"]
     run = RunLayout(run_dir)
+    skipped = None
     if source == "dp" and reserved is None:  # a resumed run: its earlier attempt released them (recorded then)
         statistics, release = _released(run)
     else:
-        statistics, release = featurizer_statistics(data, train, source, privacy or PrivacyConfig(), reserved)
+        records = read_summary(run_dir, "record_counts").of("train") if run.record_counts.exists() else None
+        statistics, release, skipped = featurizer_statistics(data, train, source, privacy or PrivacyConfig(), reserved,
+                                                             records)
     featurizer = HourlyFeaturizer.from_statistics(statistics.mean, statistics.std)
     out_dir = run.intermediate
     for split in SPLITS:
@@ -105,7 +121,7 @@ def build_features(cohort_path: str, manifest_path: str, run_dir: str, source: F
     fitted = {"source": kind, "release": release, "delta_fill": featurizer.delta_fill,
               "variables": data["variables"].tolist(), "mean": featurizer.mean_.tolist(),
               "std": featurizer.std_.tolist(), "fallback": np.asarray(statistics.fallback).tolist(),
-              "note": NOTES[kind]}
+              "note": NOTES[kind] + (f"; a DP release was not made: {skipped}" if skipped else "")}
     run.featurizer.write_text(strict_dumps(fitted))
     run_logger().info("features: %s statistics of %d variables", kind, len(fitted["variables"]))
     return str(out_dir)

@@ -69,7 +69,8 @@ import numpy as np
 
 from privehr.models.data.hourly_features import HourlyFeaturizer
 
-__all__ = ["FeaturizerStatistics", "exact_statistics", "public_statistics", "dp_statistics", "sensitivity"]
+__all__ = ["FeaturizerStatistics", "exact_statistics", "public_statistics", "dp_statistics", "sensitivity",
+           "fallback_threshold", "can_inform"]
 
 SOURCES = ("public", "dp", "exact")
 
@@ -106,6 +107,21 @@ def sensitivity(variables: int) -> float:
     if int(variables) != variables or variables < 1:
         raise ValueError("variables must be a positive integer")
     return float(np.sqrt(3 * int(variables)))
+
+
+def fallback_threshold(noise_multiplier: float, variables: int) -> float:
+    """The smallest noisy count S_c a variable's DP estimate is accepted at: 10 noise stds (its relative noise
+    under about 10 %)."""
+    return 10 * noise_multiplier * sensitivity(variables)
+
+
+def can_inform(noise_multiplier: float, variables: int, records: float) -> bool:
+    """Whether a DP release at ``noise_multiplier`` could give any variable its own estimate, judged before it is
+    made from ``records``, a public or already released DP count of the training stays. A variable's S_c sums at
+    most one per patient, and a patient has at least one stay, so its expected value is at most ``records``: below
+    :func:`fallback_threshold`, every variable is expected to fall back to the public values and the release would buy
+    nothing. Post-processing of the count: deciding costs no privacy."""
+    return float(records) >= fallback_threshold(noise_multiplier, variables)
 
 
 def exact_statistics(mean, count) -> FeaturizerStatistics:
@@ -201,7 +217,7 @@ def dp_statistics(mean, count, subject_ids, low, high, noise_multiplier: float, 
     if not (np.isfinite(fb_mean).all() and np.isfinite(fb_std).all() and (fb_std > 0).all()):
         raise ValueError("fallback_mean must be finite and fallback_std finite and positive")
     sigma = noise_multiplier * sensitivity(v)
-    threshold = 10 * sigma if min_patients is None else float(min_patients)
+    threshold = fallback_threshold(noise_multiplier, v) if min_patients is None else float(min_patients)
     if not np.isfinite(threshold):
         raise ValueError("min_patients must be finite")
 

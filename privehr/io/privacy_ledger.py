@@ -58,7 +58,7 @@ accounting_cache.install()  # calibrations and compositions outlive the process 
 __all__ = ["Ledger", "read_ledger", "ledger_totals", "dataset_delta", "reserve", "record_release", "release_id",
            "BudgetExceeded", "short_dataset", "LedgerTampered", "LedgerUnreadable", "ChainState", "verify_ledger",
            "migrate_ledger", "source_patients", "PatientVerdict", "VIEW_MAX_DISTINCT", "source_entries",
-           "LEGACY_PREFIX"]
+           "LEGACY_PREFIX", "void_reservation"]
 
 
 class BudgetExceeded(InputError):
@@ -675,6 +675,24 @@ def reserve(ledger: Ledger, dataset: str, run_id: str, planned: dict[str, Ledger
                 "on.", verdict)
         tx.append(voids + list(reservations.values()))
     return {key: e.release for key, e in reservations.items()}, verdict, len(voids)
+
+
+def void_reservation(ledger_path: str | Path, reservation: str, why: str) -> LedgerEntry:
+    """Give up ``reservation``, which no release has settled: the run decided, from public or already released
+    values only, not to make it (e.g. a DP featurizer whose every variable would fall back to public values). Fails
+    closed: a reservation already released, voided or absent raises, and nothing is written."""
+    with Ledger(ledger_path).transaction() as tx:
+        reserved = next((e for e in tx.entries if e.release == reservation and e.status == "reserved"), None)
+        settled = any(e.reservation == reservation for e in tx.entries if e.status in ("released", "void"))
+        if reserved is None or settled:
+            raise RuntimeError(f"reservation {reservation} is not an open reservation of the privacy ledger "
+                               f"{ledger_path}; nothing was voided")
+        void = LedgerEntry(reserved.dataset, release_id(reserved.run_id, "void"), reserved.mechanism, status="void",
+                           reservation=reservation, run_id=reserved.run_id, guarantee=reserved.guarantee,
+                           what=f"void: {reserved.what} ({why})", created_utc=_now(),
+                           **({"sample_rate": 1.0, "steps": 1} if reserved.mechanism == "gaussian" else {}))
+        tx.append([void])
+    return void
 
 
 def record_release(ledger_path: str | Path, reservation: str, entry: LedgerEntry) -> LedgerEntry:
