@@ -36,6 +36,7 @@ from privehr.models.data.hourly_profile import VariableProfile, stay_keys
 from privehr.core.errors import InputError
 from privehr.core.specs import EHRTableSpec, MimicExtractSpec
 from privehr.io.ehr_table import EHRTable, read_ehr_table
+from privehr.io.data_docs_offline import make_offline
 from privehr.io.expectation_suites import ehr_suite_for, read_suite, suite_names
 from privehr.io.hdf5_fixed import FixedFrame
 from privehr.io.mimic_extract import _vitals_columns, check_extract, read_patients
@@ -107,6 +108,7 @@ def run_suites(frames: dict[str, pd.DataFrame], gx_dir: Path,
                              "observed": _observed(r.result or {}, index_column),
                              "rule": meta.get("rule", ""), "fix": meta.get("fix", "")})
     site = Path(gx_dir) / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    make_offline(site.parent)  # no CDN, no logo fetched with the context's id; the index's list drawn as HTML
     if assets_dir is not None:
         share_static_assets(site.parent, Path(assets_dir))
     return rows, str(site)
