@@ -3,8 +3,8 @@
 The bundle carries everything applying a model needs (the window, the outlier bounds the training run masked by,
 the featurizer's statistics, each model's architecture and weights); nothing is read from the run that trained it.
 Every stay of the file gets a row, in the file's order. A stay is scored when the file holds its first
-``window_hours`` hours (``max_hours >= window_hours``); a shorter one gets no risk and its ``reason``. The column
-``in_cohort`` says whether a stay also meets the training cohort's rule (``max_hours > window + gap``), the population
+``window_hours`` hours (``max_hours >= window_hours``) and a measurement in them; another gets no risk and its
+``reason``. The column ``in_cohort`` says whether a stay also meets the training cohort's rule (``max_hours > window + gap``), the population
 the card's evaluation describes. Each row carries the sha256 of the bundle's signed manifest and the time of the
 prediction. The scores are patient-level: they go to the file the user names and nowhere else.
 """
@@ -108,10 +108,11 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     loaded = load_models(bundle, models)
     stamp = {"bundle_sha256": sha256_file(bundle.path / MANIFEST),  # which bundle scored it: its signed manifest
              "predicted_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    scored_total = 0
     with private_file(out_path) as tmp, open(tmp, "w", newline="") as fh:  # patient-level: 0600, also over a file
         for start in range(0, len(stays), chunk_stays):  # streamed: memory bounded by a chunk of stays
             table = stays.iloc[start:start + chunk_stays].reset_index(drop=True)
-            scored = table["reason"].isna().to_numpy()
+            scored = table["reason"].isna().to_numpy(copy=True)
             risks = {m: np.empty(0) for m in loaded}
             if scored.any():
                 window = read_window(data_path, table.loc[scored, "icustay_id"].to_numpy(), window_hours, chunk_rows)
@@ -122,13 +123,21 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
                                      + (f" (missing: {missing[:3]})" if missing else "")
                                      + ". Extract the file with the same MIMIC-Extract variables (group_by_level2).")
                 mean, count = _masked(window, f)
-                risks = _risks(loaded, f, mean, count, "cpu")
+                empty = ~(count > 0).any(axis=(1, 2))  # no measurement in the window: a risk from nothing
+                if empty.any():
+                    table.loc[np.flatnonzero(scored)[empty], "reason"] = (
+                        f"not scored: no measurement of the model's variables in the stay's first {window_hours} "
+                        "hours")
+                    scored[np.flatnonzero(scored)[empty]] = False
+                    mean, count = mean[~empty], count[~empty]
+                risks = _risks(loaded, f, mean, count, "cpu") if len(mean) else risks
             for cell_id, p in risks.items():
                 column = np.full(len(table), np.nan)
                 column[scored] = p
                 table[f"risk_{cell_id}"] = column
             table.assign(**stamp).to_csv(fh, index=False, header=start == 0)
-    scored = int(stays["reason"].isna().sum())
+            scored_total += int(scored.sum())
+    scored = scored_total
     return {"bundle": str(bundle.path), "data": str(data_path), "out": str(out_path), "stays": int(len(stays)),
             "scored": scored, "not_scored": int(len(stays)) - scored, "in_cohort": int(stays["in_cohort"].sum()),
             "models": sorted(loaded), "guarantee": bundle.manifest["guarantee"]}

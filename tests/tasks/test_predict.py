@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 from datetime import datetime, timezone
 
@@ -53,11 +54,15 @@ def test_every_stay_gets_a_row_with_a_risk_or_the_reason_and_the_bundle_and_time
     assert list(risks["icustay_id"]) == list(patients["icustay_id"])  # every stay, in the file's order
     short = (patients["max_hours"] < 24).to_numpy()
     assert 0 < short.sum() < STAYS  # the simulated file has both
+    # a long stay with no measurement of the bundle's three (rare) variables in its window: no risk, its reason
+    silent = risks["reason"].str.contains("no measurement of the model's variables").fillna(False).to_numpy()
+    scored = ~short & ~silent
+    assert scored.sum() > 5 and not (silent & short).any()
     for cell in small_bundle.CELLS.values():
         column = risks[f"risk_{cell}"].to_numpy()
-        assert np.isnan(column[short]).all() and ((column[~short] >= 0) & (column[~short] <= 1)).all()
+        assert np.isnan(column[~scored]).all() and ((column[scored] >= 0) & (column[scored] <= 1)).all()
     assert risks["reason"][short].str.contains("fewer than the model's 24 hours").all()
-    assert risks["reason"][~short].isna().all()
+    assert risks["reason"][scored].isna().all()
     manifest = hashlib.sha256((setup["bundle"] / "manifest.json").read_bytes()).hexdigest()
     assert (risks["bundle_sha256"] == manifest).all()
     stamped = pd.to_datetime(risks["predicted_utc"]).dt.to_pydatetime()
@@ -72,6 +77,27 @@ def test_a_file_whose_stays_are_all_too_short_gets_every_row_and_no_risk(setup, 
     risks = pd.read_csv(tmp_path / "r.csv")
     assert len(risks) == STAYS and risks["reason"].notna().all()
     assert risks.filter(like="risk_").isna().all().all()
+
+
+def test_a_stay_with_no_measurement_in_its_window_gets_a_reason_not_a_risk(setup, tmp_path, capsys):
+    sim = setup["sim"]
+    assert main(["predict", str(setup["bundle"]), "--data", str(setup["data"]), "--out", str(tmp_path / "all.csv"),
+                 "--json"]) == 0
+    capsys.readouterr()
+    before = pd.read_csv(tmp_path / "all.csv")
+    long = before.loc[before["reason"].isna(), "icustay_id"].to_numpy()  # scored from the untouched file
+    silent, scored = long[:2], long[2:]
+    keep = lambda f: f[~f.index.get_level_values("icustay_id").isin(silent)]  # noqa: E731
+    path = setup["tmp"] / "silent.h5"
+    write_extract(dataclasses.replace(sim, vitals_labs=keep(sim.vitals_labs)), path)
+    assert main(["predict", str(setup["bundle"]), "--data", str(path), "--out", str(tmp_path / "r.csv"),
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["scored"] == len(scored) and summary["stays"] == STAYS
+    risks = pd.read_csv(tmp_path / "r.csv").set_index("icustay_id")
+    assert risks.loc[silent, "reason"].str.contains("no measurement of the model's variables").all()
+    assert risks.loc[silent].filter(like="risk_").isna().all().all()
+    assert risks.loc[scored].filter(like="risk_").notna().all().all() and risks.loc[scored, "reason"].isna().all()
 
 
 def _bad_inputs(setup) -> dict:
