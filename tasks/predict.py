@@ -12,6 +12,7 @@ prediction. The scores are patient-level: they go to the file the user names and
 from __future__ import annotations
 
 import pickle
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from prefect import task
 
 from privehr.core.errors import InputError
 from privehr.io.mimic_extract import check_extract, read_window, sha256_file
-from privehr.io.permissions import private_file
+from privehr.io.permissions import private_file, private_umask
 from privehr.io.release_bundle import MANIFEST, Bundle, read_bundle
 from privehr.models.classifiers import build_classifier, classifier_inputs
 from privehr.models.classifiers.training import predict_proba
@@ -86,9 +87,13 @@ def apply_bundle(bundle: Bundle, mean: np.ndarray, count: np.ndarray, models: li
 
 
 def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | Path,
-                models: list[str] | None = None, chunk_rows: int = 32768, chunk_stays: int = 4096) -> dict:
+                models: list[str] | None = None, chunk_rows: int = 32768, chunk_stays: int = 4096,
+                out_format: str = "csv") -> dict:
     """Score every stay of a MIMIC-Extract file with at least the window's hours, ``chunk_stays`` stays at a time;
-    write ``out_path`` (CSV, a row per stay of the file) and return a summary of counts (no patient-level value)."""
+    write ``out_path`` and return a summary of counts (no patient-level value).
+
+    ``out_format``: ``csv`` (one file, a row per stay of the file) or ``meds`` (a directory: a Parquet file per
+    model in the MEDS prediction schema, and ``not_scored.csv`` with each unscored stay's reason)."""
     bundle = read_bundle(bundle_path)
     if bundle.featurizer is None:
         raise InputError(f"release bundle {bundle.path} holds synthetic tables (a privehr-synthesize run), no model "
@@ -99,17 +104,23 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     if out_path.resolve().is_relative_to(bundle.path.resolve()):
         raise InputError(f"--out {out_path} is inside the release bundle, which leaves the hospital; write the "
                          "scores where the data may be")
-    if out_path.is_dir():
+    if out_format not in FORMATS:
+        raise InputError(f"--format {out_format} is not one of {', '.join(FORMATS)}")
+    if out_format == "csv" and out_path.is_dir():
         raise InputError(f"--out {out_path} is a directory; name the CSV file to write the scores to")
+    if out_format == "meds" and out_path.exists() and not out_path.is_dir():
+        raise InputError(f"--out {out_path} is a file; --format meds writes a directory (a Parquet file per model)")
     f = bundle.featurizer
     window_hours, gap_hours = f["window_hours"], f["gap_hours"]
     check_extract(data_path)  # one line for a file that is not HDF5 or lacks patients / vitals_labs
-    stays = _stays(_patients(data_path), data_path, window_hours, gap_hours)
+    stays = _stays(_patients(data_path), data_path, window_hours, gap_hours, meds=out_format == "meds")
     loaded = load_models(bundle, models)
     stamp = {"bundle_sha256": sha256_file(bundle.path / MANIFEST),  # which bundle scored it: its signed manifest
              "predicted_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    labels = {m["cell_id"]: m["label"] for m in bundle.card.get("models", []) if m["cell_id"] in loaded}
+    sink = _csv_sink(out_path, stamp) if out_format == "csv" else _meds_sink(out_path, stamp, labels, window_hours)
     scored_total = 0
-    with private_file(out_path) as tmp, open(tmp, "w", newline="") as fh:  # patient-level: 0600, also over a file
+    with sink as write:  # patient-level: owner-only files, also over existing ones
         for start in range(0, len(stays), chunk_stays):  # streamed: memory bounded by a chunk of stays
             table = stays.iloc[start:start + chunk_stays].reset_index(drop=True)
             scored = table["reason"].isna().to_numpy(copy=True)
@@ -135,12 +146,73 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
                 column = np.full(len(table), np.nan)
                 column[scored] = p
                 table[f"risk_{cell_id}"] = column
-            table.assign(**stamp).to_csv(fh, index=False, header=start == 0)
+            write(table)
             scored_total += int(scored.sum())
     scored = scored_total
     return {"bundle": str(bundle.path), "data": str(data_path), "out": str(out_path), "stays": int(len(stays)),
             "scored": scored, "not_scored": int(len(stays)) - scored, "in_cohort": int(stays["in_cohort"].sum()),
             "models": sorted(loaded), "guarantee": bundle.manifest["guarantee"]}
+
+
+FORMATS = ("csv", "meds")
+# MEDS's prediction schema (Medical Event Data Standard; what meds-evaluation reads): one row per prediction
+MEDS_SCHEMA = {"subject_id": "int64", "prediction_time": "timestamp[us]", "boolean_value": "bool",
+               "predicted_boolean_value": "bool", "predicted_boolean_probability": "float32"}
+
+
+@contextmanager
+def _csv_sink(path: Path, stamp: dict):
+    """A ``write(table)`` appending a chunk's rows (every stay, scored or not) to one CSV."""
+    with private_file(path) as tmp, open(tmp, "w", newline="") as fh:
+        first = [True]
+
+        def write(table: pd.DataFrame) -> None:
+            table.drop(columns=[c for c in table if c.startswith("_")]).assign(**stamp).to_csv(
+                fh, index=False, header=first[0])
+            first[0] = False
+
+        yield write
+
+
+@contextmanager
+def _meds_sink(directory: Path, stamp: dict, labels: dict[str, str], window_hours: int):
+    """A ``write(table)`` appending a chunk's scored stays to one Parquet file per model in the MEDS prediction
+    schema (subject_id, prediction_time: the end of the window, boolean_value: the stay's label where the file holds
+    it, predicted_boolean_probability; the bundle's hash and the prediction time in the file's metadata), and the
+    unscored stays with their reasons to ``not_scored.csv``."""
+    import pyarrow as pa  # deferred: only this format needs it
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([(name, pa.type_for_alias(kind)) for name, kind in MEDS_SCHEMA.items()],
+                       metadata={f"privehr_{k}": str(v) for k, v in stamp.items()})
+    with private_umask():
+        directory.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        paths = {cell: stack.enter_context(private_file(directory / f"{cell}.parquet")) for cell in labels}
+        reasons = stack.enter_context(open(stack.enter_context(private_file(directory / "not_scored.csv")), "w",
+                                           newline=""))
+        writers = {cell: stack.enter_context(pq.ParquetWriter(path, schema)) for cell, path in paths.items()}
+        first = [True]
+
+        def write(table: pd.DataFrame) -> None:
+            done = table["reason"].isna().to_numpy()
+            part = table[done]
+            time = (part["_intime"] + pd.Timedelta(hours=window_hours)).astype("datetime64[us]")
+            for cell, label in labels.items():
+                outcome = part.get(f"_{label}")
+                writers[cell].write_table(pa.table({
+                    "subject_id": pa.array(part["subject_id"].to_numpy(), pa.int64()),
+                    "prediction_time": pa.array(time.to_numpy(), pa.timestamp("us")),
+                    "boolean_value": pa.array([None] * len(part) if outcome is None else
+                                              [None if v != v else bool(v) for v in outcome], pa.bool_()),
+                    "predicted_boolean_value": pa.nulls(len(part), pa.bool_()),
+                    "predicted_boolean_probability": pa.array(part[f"risk_{cell}"].to_numpy(), pa.float32())},
+                    schema=schema))
+            table.loc[~done, ["subject_id", "hadm_id", "icustay_id", "reason"]].assign(**stamp).to_csv(
+                reasons, index=False, header=first[0])
+            first[0] = False
+
+        yield write
 
 
 def _patients(path: Path) -> pd.DataFrame:
@@ -155,7 +227,8 @@ def _patients(path: Path) -> pd.DataFrame:
     return patients
 
 
-def _stays(patients: pd.DataFrame, path: Path, window_hours: int, gap_hours: int) -> pd.DataFrame:
+def _stays(patients: pd.DataFrame, path: Path, window_hours: int, gap_hours: int, meds: bool = False
+           ) -> pd.DataFrame:
     """Every stay of ``patients`` in the file's order, with ``in_cohort`` and the reason it gets no risk (None: it
     is scored). Ids must be whole numbers and each stay once; a stay's hours are read as a number (refused where a
     value is not one). Messages name rows and columns, never values."""
@@ -198,7 +271,29 @@ def _stays(patients: pd.DataFrame, path: Path, window_hours: int, gap_hours: int
     stays["in_cohort"] = hours > window_hours + gap_hours
     stays["reason"] = np.where(hours >= window_hours, None,
                                f"not scored: the stay has fewer than the model's {window_hours} hours of data")
+    if meds:  # a prediction's time (the end of the window) and the labels the file holds, for MEDS's schema
+        if "intime" not in ids.columns:
+            raise InputError(f"'patients' in {path} lacks intime, which --format meds needs for each prediction's "
+                             "time; MIMIC-Extract writes it (or write --format csv)")
+        raw = ids["intime"]
+        intime = raw if pd.api.types.is_datetime64_any_dtype(raw) else pd.to_datetime(
+            raw.astype(str), errors="coerce", format="ISO8601")  # times written as text: ISO 8601, else refused
+        bad = np.flatnonzero(intime.isna().to_numpy() & stays["reason"].isna().to_numpy())
+        if bad.size:
+            raise InputError(f"'patients' in {path}: intime of row(s) {', '.join(map(str, bad[:5] + 1))}"
+                             f"{' ...' if bad.size > 5 else ''} ({bad.size} in all) is missing or not a time; "
+                             "--format meds needs it for each prediction's time")
+        stays["_intime"] = intime.to_numpy()
+        for label, column, rule in LABEL_SOURCES:
+            if column in ids.columns:
+                values = pd.to_numeric(ids[column], errors="coerce").to_numpy(dtype=float)
+                stays[f"_{label}"] = np.where(np.isnan(values), np.nan, rule(values).astype(float))
     return stays
+
+
+# where a file's patients table holds a stay's label (the cohort's definitions, models/data/cohort.py)
+LABEL_SOURCES = [("mort_icu", "mort_icu", lambda v: v > 0), ("mort_hosp", "mort_hosp", lambda v: v > 0),
+                 ("los_3", "los_icu", lambda v: v > 3), ("los_7", "los_icu", lambda v: v > 7)]
 
 
 score_stays_task = task(score_stays, name="score-stays")  # the privehr-score flow's one task

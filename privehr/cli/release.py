@@ -42,6 +42,10 @@ def add_predict_parser(sub, common: argparse.ArgumentParser) -> None:
     predict.add_argument("--out", type=Path, required=True, help="CSV of risks, one row per stay (patient-level: "
                                                                  "keep it where the data may be)")
     predict.add_argument("--model", action="append", help="a bundled model's cell id (repeatable; default: all)")
+    predict.add_argument("--format", choices=("csv", "meds"), default="csv",
+                         help="csv: one file, a row per stay (default); meds: --out is a directory of Parquet files, "
+                              "one per model, in the MEDS prediction schema (meds-evaluation reads them), and "
+                              "not_scored.csv")
     predict.set_defaults(func=predict_command)
 
 
@@ -92,8 +96,9 @@ def predict_command(args) -> int:
     from privehr.tasks.predict import score_stays  # deferred for start-up time (torch)
 
     _existing(args.data, "--data")
-    summary = score_stays(args.bundle, args.data, args.out, args.model)
-    short = f"; {summary['not_scored']} too short to score (their rows say why)" if summary["not_scored"] else ""
+    summary = score_stays(args.bundle, args.data, args.out, args.model, out_format=args.format)
+    where = "their rows say" if args.format == "csv" else "not_scored.csv says"
+    short = f"; {summary['not_scored']} not scored ({where} why)" if summary["not_scored"] else ""
     emit(args, summary, f"scored {summary['scored']} of {summary['stays']} stay(s) ({summary['in_cohort']} in the "
                         f"training cohort's definition{short}) with {', '.join(summary['models'])}; risks in "
                         f"{summary['out']}\nbundle: {summary['guarantee']}")

@@ -126,23 +126,32 @@ def _bad_inputs(setup) -> dict:
             "icustay_id of row(s) 2 (1 in all)"),
         "max_hours_a_duration": (_variant(setup, "duration-hours", lambda p: p.assign(
             max_hours=pd.to_timedelta(p["max_hours"], unit="h"))), "max_hours of row(s) 1, 2, 3, 4, 5 ..."),
+        # --format meds: each prediction's time is the end of the stay's window, from intime
+        "meds_no_intime": (_variant(setup, "no-intime", lambda p: p.drop(columns="intime")), "lacks intime"),
+        "meds_text_intime": (_variant(setup, "text-intime", lambda p: p.assign(intime="soon")),
+                             "intime of row(s)"),
     }
 
 
 @pytest.mark.parametrize("case", ["not_hdf5", "a_csv", "no_vitals_labs", "no_stays", "a_stay_twice", "text_max_hours",
                                   "nan_hadm_id", "text_ids", "id_beyond_int64", "max_hours_a_duration",
-                                  "out_a_directory"])
+                                  "out_a_directory", "meds_no_intime", "meds_text_intime", "meds_out_a_file"])
 def test_a_bad_input_is_one_line_and_exit_2(setup, tmp_path, capsys, case):
     if case == "out_a_directory":
         data, words, out = str(setup["data"]), "is a directory", tmp_path
+    elif case == "meds_out_a_file":
+        data, words, out = str(setup["data"]), "writes a directory", tmp_path / "risks.csv"
+        out.write_text("kept\n")
     else:
-        (data, words), out = _bad_inputs(setup)[case], tmp_path / "risks.csv"
+        (data, words), out = _bad_inputs(setup)[case], tmp_path / ("meds" if case.startswith("meds") else "risks.csv")
     raw = open(data, "rb").read()
-    assert main(["predict", str(setup["bundle"]), "--data", data, "--out", str(out)]) == 2
+    meds = ["--format", "meds"] if case.startswith("meds") else []
+    assert main(["predict", str(setup["bundle"]), "--data", data, "--out", str(out), *meds]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err and words in err, err
     assert "stay-" not in err  # rows and columns named, never a value
-    assert open(data, "rb").read() == raw and (case == "out_a_directory" or not out.exists())
+    assert open(data, "rb").read() == raw
+    assert out.read_text() == "kept\n" if case == "meds_out_a_file" else (case == "out_a_directory" or not out.exists())
 
 
 def test_streamed_scoring_writes_what_one_chunk_writes(setup, tmp_path):
@@ -155,3 +164,43 @@ def test_streamed_scoring_writes_what_one_chunk_writes(setup, tmp_path):
     assert whole == parts | {"out": whole["out"]}
     one, many = (pd.read_csv(tmp_path / f"{n}.csv").drop(columns="predicted_utc") for n in ("whole", "parts"))
     pd.testing.assert_frame_equal(one, many)
+
+
+def test_format_meds_writes_the_meds_prediction_schema_per_model(setup, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    from privehr.tasks.predict import MEDS_SCHEMA
+
+    assert main(["predict", str(setup["bundle"]), "--data", str(setup["data"]), "--out", str(tmp_path / "r.csv"),
+                 "--json"]) == 0
+    capsys.readouterr()
+    csv = pd.read_csv(tmp_path / "r.csv").set_index("icustay_id")
+    out = tmp_path / "meds"
+    assert main(["predict", str(setup["bundle"]), "--data", str(setup["data"]), "--out", str(out), "--format",
+                 "meds", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert out.stat().st_mode & 0o777 == 0o700
+    assert sorted(p.name for p in out.iterdir()) == sorted([f"{c}.parquet" for c in small_bundle.CELLS.values()]
+                                                          + ["not_scored.csv"])
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in out.iterdir())
+    patients = setup["sim"].patients.reset_index().set_index("icustay_id")
+    scored = csv.index[csv["reason"].isna()]
+    manifest = hashlib.sha256((setup["bundle"] / "manifest.json").read_bytes()).hexdigest()
+    for label, cell in small_bundle.CELLS.items():
+        table = pq.read_table(out / f"{cell}.parquet")
+        assert {f.name: str(f.type) for f in table.schema} == {
+            k: {"timestamp[us]": "timestamp[us]", "float32": "float", "bool": "bool"}.get(v, v)
+            for k, v in MEDS_SCHEMA.items()}
+        assert table.schema.metadata[b"privehr_bundle_sha256"].decode() == manifest
+        rows = table.to_pandas()
+        assert len(rows) == len(scored) == summary["scored"]
+        expected = patients.loc[scored]
+        assert rows["subject_id"].tolist() == expected["subject_id"].tolist()
+        assert (rows["prediction_time"].to_numpy() == (expected["intime"] + pd.Timedelta(hours=24)).to_numpy()).all()
+        truth = expected["mort_icu"] > 0 if label == "mort_icu" else expected["los_icu"] > 3
+        assert rows["boolean_value"].tolist() == truth.tolist()
+        np.testing.assert_allclose(rows["predicted_boolean_probability"], csv.loc[scored, f"risk_{cell}"], rtol=1e-6)
+        assert rows["predicted_boolean_value"].isna().all()
+    reasons = pd.read_csv(out / "not_scored.csv")
+    assert sorted(reasons["icustay_id"]) == sorted(csv.index[csv["reason"].notna()])
+    assert reasons["reason"].notna().all() and len(reasons) == summary["not_scored"]
