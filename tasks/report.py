@@ -305,13 +305,18 @@ def console_table(summary: dict) -> str:
         epsilon = ("-" if r["method"] == "non_private" else f"eps~ {r['target_epsilon']:g}"
                    if r["method"] == "expm_nf" else _cell(r.get("epsilon_prv")))
         low_high = intervals.get(_key(r))
-        auroc = _cell(r.get("auroc_median")) + (f" [{low_high[0]:.3f}, {low_high[1]:.3f}]" if low_high else "")
-        rows.append([r["label"], r["model"], method, epsilon, auroc or "n/a", str(r.get("guarantee") or "")])
+        median = r.get("auroc_median")
+        auroc = "n/a" if median is None or median != median else f"{median:.3f}" + (
+            f" [{low_high[0]:.3f}, {low_high[1]:.3f}]" if low_high else "")
+        guarantee = str(r.get("guarantee") or "")
+        rows.append([r["label"], r["model"], method, epsilon, auroc,
+                     guarantee.split(":")[0] + ")" if ":" in guarantee else guarantee])  # the note says why
     widths = [max(len(x) for x in column) for column in zip(head, *rows)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     text = [line(head), *map(line, rows),
             "AUROC: exact, on the run's test split, median over seeds (internal: it stays in the hospital); epsilon: "
-            "each release's alone, by PRV; the ledger composes them."]
+            "each release's alone, by PRV; the ledger composes them. ExpM+NF's eps~ is a training parameter: no DP "
+            "guarantee is proven for it."]
     bundle = (summary.get("release") or {}).get("path")
     if bundle:
         text += ["", "next:", f"  privehr release show {bundle}      the model card: what may leave the hospital",

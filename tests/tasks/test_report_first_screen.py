@@ -47,7 +47,8 @@ def _summary(bundle: str | None) -> dict:
             {"label": "mort_icu", "model": "grud", "method": "non_private", "loss": "bce", "target_epsilon": None,
              "auroc_median": 0.8, "epsilon_prv": None, "guarantee": "not DP (non-private)"},
             {"label": "mort_icu", "model": "grud", "method": "expm_nf", "loss": "bce", "target_epsilon": 2.0,
-             "auroc_median": None, "epsilon_prv": None, "guarantee": "not DP (ExpM+NF)"}]
+             "auroc_median": None, "epsilon_prv": None,
+             "guarantee": "not DP (ExpM+NF: eps~ is a training parameter, no guarantee is proven)"}]
     cells = [{"label": "mort_icu", "model": "grud", "method": "dp_sgd", "loss": "bce", "target_epsilon": 1.0,
               "auroc_ci": [0.61, 0.79]},
              {"label": "mort_icu", "model": "grud", "method": "non_private", "loss": "bce", "target_epsilon": None,
@@ -62,8 +63,8 @@ def test_the_console_ends_on_a_short_table_and_the_next_commands():
     assert head[:4] == ["label", "model", "method", "epsilon"] and "guarantee" in head
     dp, exact, expm = lines[1:4]
     assert "DP-SGD (bce)" in dp and "0.98" in dp and "0.731 [0.610, 0.790]" in dp and dp.endswith("DP")
-    assert "non-private (bce)" in exact and "0.8 [0.700, 0.880]" in exact and " - " in exact
-    assert "eps~ 2" in expm and "n/a" in expm  # no AUROC: said, not left blank
+    assert "non-private (bce)" in exact and "0.800 [0.700, 0.880]" in exact and " - " in exact
+    assert "eps~ 2" in expm and "n/a" in expm and expm.endswith("not DP (ExpM+NF)")  # no AUROC: said, not blank
     assert all(len(line) < 130 for line in lines[:4])  # the fifteen columns of results.csv stay in the file
     commands = [line.split()[:3] for line in lines[lines.index("next:") + 1:]]
     assert commands == [["privehr", "release", "show"], ["privehr", "predict", "artifacts/run-1/release"],
