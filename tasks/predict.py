@@ -24,7 +24,7 @@ from prefect import task
 from privehr.core.errors import InputError
 from privehr.io.mimic_extract import check_extract, read_window, sha256_file
 from privehr.io.permissions import private_file, private_umask
-from privehr.io.release_bundle import MANIFEST, Bundle, read_bundle
+from privehr.io.release_bundle import MANIFEST, Bundle, calibration_text, read_bundle
 from privehr.models.classifiers import build_classifier, classifier_inputs
 from privehr.models.classifiers.training import predict_proba
 from privehr.models.data.hourly_features import HourlyFeaturizer
@@ -151,7 +151,10 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     scored = scored_total
     return {"bundle": str(bundle.path), "data": str(data_path), "out": str(out_path), "stays": int(len(stays)),
             "scored": scored, "not_scored": int(len(stays)) - scored, "in_cohort": int(stays["in_cohort"].sum()),
-            "models": sorted(loaded), "guarantee": bundle.manifest["guarantee"]}
+            "models": sorted(loaded), "guarantee": bundle.manifest["guarantee"],
+            # how far to trust the risks: each model's DP calibration on its run's test split, as its card says
+            "calibration": {m["cell_id"]: calibration_text(m["evaluation"]) or None
+                            for m in bundle.card.get("models", []) if m["cell_id"] in loaded}}
 
 
 FORMATS = ("csv", "meds")

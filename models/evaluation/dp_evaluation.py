@@ -26,6 +26,15 @@ shown as counts or rates (the reliability table, prevalence, ECE) is read off a 
 noisy counts projected onto non-negative counts with the same total (below), so no bin holds a negative
 count or a rate outside [0, 1]. A class with under one noisy record counts as absent: its metrics are nan.
 
+**Calibration slope and intercept** (Cox, "Two further applications of a model for binary regression",
+Biometrika 1958; as Van Calster et al., "Calibration: the Achilles heel of predictive analytics", BMC Medicine
+2019, define them): the slope b of logit P(y = 1) = a + b logit(p) and the intercept a' of
+logit P(y = 1) = a' + logit(p) (calibration-in-the-large; 0 and 1 for a calibrated model), fitted by Newton's
+method to the valid table's bins, each bin's records at the midpoint of its edges in probability. They are
+post-processing too, their intervals bootstrapped as the others (each replicate projected onto a valid table
+first), not clipped to [0, 1]. Binning moves them towards a model's own calibration inside a bin; a class, or a
+score range, with too few noisy records leaves them undefined (nan, not informative).
+
 **Saying what it knows.** A metric whose interval is wider than ``informative_width`` (0.2) is flagged not
 informative, with about how many test records would narrow it to that width at the same noise: the
 bootstrap is run apart for the noise alone and for the sampling alone, the noise's width scales as 1/n and
@@ -133,10 +142,13 @@ class DPMetrics:
     #: per uninformative metric: about how many test records would make its interval that narrow at this noise
     needed_records: dict[str, int | None] = None
     informative_width: float = math.nan
+    calibration_slope: float = math.nan
+    calibration_intercept: float = math.nan
 
     def as_dict(self) -> dict:
         return {"auroc": self.auroc, "auprc": self.auprc, "prevalence": self.prevalence, "records": self.records,
-                "ece": self.ece, "reliability": [dict(b) for b in self.reliability],
+                "ece": self.ece, "calibration_slope": self.calibration_slope,
+                "calibration_intercept": self.calibration_intercept, "reliability": [dict(b) for b in self.reliability],
                 "intervals": {k: [lo, hi] for k, (lo, hi) in self.intervals.items()}, "confidence": self.confidence,
                 "informative": dict(self.informative or {}), "needed_records": dict(self.needed_records or {}),
                 "informative_width": self.informative_width}
@@ -188,9 +200,56 @@ def _ece(neg: np.ndarray, pos: np.ndarray, starts: np.ndarray, predicted: np.nda
     return _ratio(np.sum(mass * np.abs(observed - predicted), axis=-1), mass.sum(-1))
 
 
-def _metrics(neg: np.ndarray, pos: np.ndarray, starts: np.ndarray, predicted: np.ndarray) -> dict[str, np.ndarray]:
+def _valid_rows(v: np.ndarray) -> np.ndarray:
+    """:func:`_nonnegative` of every row of ``v`` (last axis) at once."""
+    total = np.maximum(v.sum(-1, keepdims=True), 0.0)
+    u = -np.sort(-v, axis=-1)
+    tau = (np.cumsum(u, axis=-1) - total) / np.arange(1, v.shape[-1] + 1)
+    last = np.maximum((u > tau).sum(-1, keepdims=True) - 1, 0)  # the condition holds on a prefix
+    return np.where(total > 0, np.maximum(v - np.take_along_axis(tau, last, axis=-1), 0.0), 0.0)
+
+
+#: Newton steps of the calibration fits (a two-parameter logistic regression on at most a few dozen bins)
+CALIBRATION_STEPS = 50
+#: a fitted slope or intercept beyond this is a fit that has not converged (a class seen in one bin): nan
+CALIBRATION_LIMIT = 20.0
+
+
+def _calibration(neg: np.ndarray, pos: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(slope, intercept-in-the-large) of the bins' valid counts against their logit midpoints ``x``, vectorised
+    over leading axes; nan where a class has under one record or a fit does not converge."""
+    neg, pos = _valid_rows(neg), _valid_rows(pos)
+    total = neg + pos
+    shape = neg.shape[:-1]
+    a, b, c = np.zeros(shape), np.ones(shape), np.zeros(shape)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for _ in range(CALIBRATION_STEPS):
+            p = 1 / (1 + np.exp(-(a[..., None] + b[..., None] * x)))
+            r, w = pos - total * p, total * p * (1 - p)
+            ga, gb = r.sum(-1), (r * x).sum(-1)
+            haa, hab, hbb = w.sum(-1), (w * x).sum(-1), (w * x * x).sum(-1)
+            det = haa * hbb - hab ** 2
+            ok = det > 1e-12
+            a = a + np.where(ok, (hbb * ga - hab * gb) / np.where(ok, det, 1), 0)
+            b = b + np.where(ok, (haa * gb - hab * ga) / np.where(ok, det, 1), 0)
+            q = 1 / (1 + np.exp(-(c[..., None] + x)))  # the intercept with the slope fixed at 1 (an offset)
+            h = (total * q * (1 - q)).sum(-1)
+            c = c + np.where(h > 1e-12, (pos - total * q).sum(-1) / np.where(h > 1e-12, h, 1), 0)
+    enough = (neg.sum(-1) >= 1) & (pos.sum(-1) >= 1)
+    slope = np.where(enough & np.isfinite(b) & (np.abs(b) < CALIBRATION_LIMIT), b, np.nan)
+    intercept = np.where(enough & np.isfinite(c) & (np.abs(c) < CALIBRATION_LIMIT), c, np.nan)
+    return slope, intercept
+
+
+def _metrics(neg: np.ndarray, pos: np.ndarray, starts: np.ndarray, predicted: np.ndarray,
+             x: np.ndarray) -> dict[str, np.ndarray]:
+    slope, intercept = _calibration(neg, pos, x)
     return {"auroc": _auroc(neg, pos), "auprc": _auprc(neg, pos), "prevalence": _prevalence(neg, pos),
-            "ece": _ece(neg, pos, starts, predicted)}
+            "ece": _ece(neg, pos, starts, predicted), "calibration_slope": slope, "calibration_intercept": intercept}
+
+
+#: metrics on an open scale: their intervals are not clipped to [0, 1]
+UNBOUNDED = ("calibration_slope", "calibration_intercept")
 
 
 def _nonnegative(v: np.ndarray) -> np.ndarray:
@@ -204,8 +263,9 @@ def _nonnegative(v: np.ndarray) -> np.ndarray:
 
 
 def _interval(replicates: np.ndarray, point: float, centre: float, confidence: float,
-              reflect: bool) -> tuple[float, float]:
-    """Percentile interval of the replicates; reflected about the centre (the basic bootstrap) where ``reflect``."""
+              reflect: bool, bounded: bool = True) -> tuple[float, float]:
+    """Percentile interval of the replicates; reflected about the centre (the basic bootstrap) where ``reflect``;
+    clipped to [0, 1] where ``bounded``."""
     replicates = replicates[np.isfinite(replicates)]
     if not (replicates.size and math.isfinite(point) and math.isfinite(centre)):
         return math.nan, math.nan
@@ -213,7 +273,7 @@ def _interval(replicates: np.ndarray, point: float, centre: float, confidence: f
     low, high = np.percentile(replicates, [tail, 100 - tail])
     if reflect:
         low, high = point - (high - centre), point - (low - centre)
-    return float(np.clip(low, 0, 1)), float(np.clip(high, 0, 1))
+    return (float(np.clip(low, 0, 1)), float(np.clip(high, 0, 1))) if bounded else (float(low), float(high))
 
 
 #: a DP metric whose interval is wider than this is reported as not informative, not as a number
@@ -244,7 +304,8 @@ def needed_records(noise_width: float, sampling_width: float, records: float, wi
 def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamples: int = 1000,
                             rng: np.random.Generator | None = None, min_bin_records: float = 10.0,
                             groups: int = 10, informative_width: float = INFORMATIVE_WIDTH) -> DPMetrics:
-    """AUROC, AUPRC, prevalence, record count, ECE and a reliability table, with parametric-bootstrap intervals.
+    """AUROC, AUPRC, prevalence, record count, ECE, calibration slope and intercept and a reliability table, with
+    parametric-bootstrap intervals.
 
     Reliability groups: the score bins grouped by their midpoint into ``groups`` equal parts of [0, 1] (public
     and fixed); each group's records and positives in the valid table (the noisy counts projected onto
@@ -280,8 +341,10 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
         reliability.append({"low": float(edges[a]), "high": float(edges[b]), "mean_predicted": float(mid),
                             "records": records, "positives": positives,
                             "observed_rate": positives / records if records >= min_bin_records else None})
-    raw = _metrics(neg, pos, starts, predicted)
-    valid = _metrics(valid_neg, valid_pos, starts, predicted)
+    mid = np.clip((edges[:-1] + edges[1:]) / 2, 1e-6, 1 - 1e-6)
+    x = np.log(mid / (1 - mid))  # each score bin's midpoint, on the logit scale (the calibration fits)
+    raw = _metrics(neg, pos, starts, predicted, x)
+    valid = _metrics(valid_neg, valid_pos, starts, predicted, x)
     point = {k: float(raw[k] if k in ("auroc", "auprc") else valid[k]) for k in raw}
 
     intervals = {k: (math.nan, math.nan) for k in point}
@@ -290,15 +353,15 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
     cells = np.concatenate([valid_neg, valid_pos])
     draws = int(round(cells.sum()))
     if draws > 0:
-        centre = _metrics(cells[:bins], cells[bins:], starts, predicted)
+        centre = _metrics(cells[:bins], cells[bins:], starts, predicted, x)
         counts = rng.multinomial(draws, cells / cells.sum(), size=resamples)
         noise = rng.normal(0.0, h.noise_multiplier, counts.shape)
         noisy = counts + noise
-        replicates = _metrics(noisy[:, :bins], noisy[:, bins:], starts, predicted)
-        intervals = {k: _interval(replicates[k], point[k], float(centre[k]), confidence, reflect=k == "ece")
-                     for k in point}
-        sampling = _metrics(counts[:, :bins].astype(float), counts[:, bins:].astype(float), starts, predicted)
-        noise_only = _metrics(cells[:bins] + noise[:, :bins], cells[bins:] + noise[:, bins:], starts, predicted)
+        replicates = _metrics(noisy[:, :bins], noisy[:, bins:], starts, predicted, x)
+        intervals = {k: _interval(replicates[k], point[k], float(centre[k]), confidence, reflect=k == "ece",
+                                  bounded=k not in UNBOUNDED) for k in point}
+        sampling = _metrics(counts[:, :bins].astype(float), counts[:, bins:].astype(float), starts, predicted, x)
+        noise_only = _metrics(cells[:bins] + noise[:, :bins], cells[bins:] + noise[:, bins:], starts, predicted, x)
         for k, (low, high) in intervals.items():
             informative[k] = bool(math.isfinite(low) and math.isfinite(high) and high - low <= informative_width)
             if not informative[k]:
@@ -306,4 +369,4 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
                                            cells.sum(), informative_width)
     return DPMetrics(point["auroc"], point["auprc"], point["prevalence"], max(float(neg.sum() + pos.sum()), 0.0),
                      point["ece"], reliability, intervals, float(confidence), informative, needed,
-                     float(informative_width))
+                     float(informative_width), point["calibration_slope"], point["calibration_intercept"])

@@ -99,8 +99,12 @@ def predict_command(args) -> int:
     summary = score_stays(args.bundle, args.data, args.out, args.model, out_format=args.format)
     where = "their rows say" if args.format == "csv" else "not_scored.csv says"
     short = f"; {summary['not_scored']} not scored ({where} why)" if summary["not_scored"] else ""
+    calibration = [f"  {cell}: {text}" for cell, text in summary["calibration"].items() if text]
     emit(args, summary, f"scored {summary['scored']} of {summary['stays']} stay(s) ({summary['in_cohort']} in the "
                         f"training cohort's definition{short}) with {', '.join(summary['models'])}; risks in "
-                        f"{summary['out']}\nbundle: {summary['guarantee']}")
+                        f"{summary['out']}\nbundle: {summary['guarantee']}"
+                        + ("\ncalibration on the training run's test split (DP, from the card; a slope below 1 means "
+                           "risks too extreme, an intercept below 0 risks too high):\n" + "\n".join(calibration)
+                           if calibration else ""))
     return 0
 

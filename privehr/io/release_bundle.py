@@ -37,7 +37,7 @@ from privehr.models.privacy.neighbours import neighbouring_relation
 
 __all__ = ["BUNDLE_FORMAT", "BUNDLE_FILES", "MANIFEST", "SIGNATURE", "write_manifest", "verify_bundle", "read_bundle",
            "Bundle", "render_card", "card_json", "bundle_total", "bundle_neighbours",
-           "card_neighbours", "dp_claim"]
+           "card_neighbours", "dp_claim", "calibration_text"]
 
 BUNDLE_FORMAT = "privehr-release-bundle/1"
 MANIFEST = "manifest.json"
@@ -455,6 +455,11 @@ def _informs(e: dict, key: str) -> bool:
     return (e.get("informative") or {}).get(key, True)
 
 
+#: the DP metrics a card prints, in order (a bundle made before calibration was released prints the first four)
+DP_METRICS = (("auroc", "AUROC"), ("auprc", "AUPRC"), ("prevalence", "prevalence"), ("ece", "ECE"),
+              ("calibration_slope", "calibration slope"), ("calibration_intercept", "calibration intercept"))
+
+
 def _dp_metric(e: dict, key: str, name: str) -> str:
     """One DP metric as the card prints it: the number and its interval, or why there is no number."""
     low, high = e["intervals"][key]
@@ -463,6 +468,12 @@ def _dp_metric(e: dict, key: str, name: str) -> str:
     needed = (e.get("needed_records") or {}).get(key)
     return (f"{name} not informative (interval [{_fmt(low)}, {_fmt(high)}]"
             + (f"; about {needed:,} test stays would narrow it to {e['informative_width']:g})" if needed else ")"))
+
+
+def calibration_text(evaluation: dict) -> str:
+    """A model's DP calibration as the card prints it (slope and intercept with intervals, or why not), for
+    ``privehr predict`` to print beside the risks; empty for a bundle made before calibration was released."""
+    return ", ".join(_dp_metric(evaluation, key, name) for key, name in DP_METRICS[4:] if key in evaluation["intervals"])
 
 
 def render_card(card: dict) -> str:
@@ -488,8 +499,7 @@ def render_card(card: dict) -> str:
                   f"{_fmt(m['plan']['epsilon'])} alone.",
                   f"- DP evaluation on about {e['records']:.0f} test stays"
                   + (f" at epsilon {_fmt(e['epsilon'])}" if e.get("epsilon") is not None else "") + ": "
-                  + ", ".join(_dp_metric(e, key, name) for key, name in
-                              (("auroc", "AUROC"), ("auprc", "AUPRC"), ("prevalence", "prevalence"), ("ece", "ECE")))
+                  + ", ".join(_dp_metric(e, key, name) for key, name in DP_METRICS if key in e["intervals"])
                   + f" ({round(e['confidence'] * 100)} % intervals: test sampling and DP noise).", ""]
         silent = [name for key, name in (("auroc", "AUROC"), ("auprc", "AUPRC")) if not _informs(e, key)]
         if silent:

@@ -42,3 +42,18 @@ def test_an_informative_metric_is_printed_with_its_interval():
     low, high = clear["intervals"]["auroc"]
     text = render_card(_card(clear))
     assert f"AUROC {clear['auroc']:.3f} [{low:.3f}, {high:.3f}]" in text and "AUROC not informative" not in text
+
+
+def test_the_card_prints_calibration_slope_and_intercept_or_why_not():
+    clear = _evaluation(200000, 0.5, 3)
+    assert clear["informative"]["calibration_slope"]
+    low, high = clear["intervals"]["calibration_slope"]
+    text = render_card(_card(clear))
+    assert f"calibration slope {clear['calibration_slope']:.3f} [{low:.3f}, {high:.3f}]" in text
+    assert "calibration intercept " in text
+    noisy = render_card(_card(_evaluation(300, 5.0, 1)))
+    assert "calibration slope not informative (interval [" in noisy
+    # a card made before calibration was released prints what it holds, and no calibration
+    old = {k: v for k, v in clear.items() if not k.startswith("calibration")}
+    old["intervals"] = {k: v for k, v in clear["intervals"].items() if not k.startswith("calibration")}
+    assert "calibration" not in render_card(_card(old))

@@ -47,8 +47,14 @@ def test_every_stay_gets_a_row_with_a_risk_or_the_reason_and_the_bundle_and_time
     os.chmod(out, 0o644)  # an existing file others can read: replaced by an owner-only one
     before = datetime.now(timezone.utc).replace(microsecond=0)
     assert main(["predict", str(setup["bundle"]), "--data", str(setup["data"]), "--out", str(out), "--json"]) == 0
-    capsys.readouterr()
+    summary = json.loads(capsys.readouterr().out)
     assert out.stat().st_mode & 0o777 == 0o600
+    # beside the risks, how far to trust them: each model's DP calibration as its card prints it
+    assert sorted(summary["calibration"]) == sorted(small_bundle.CELLS.values())
+    assert all(t.startswith("calibration slope ") and "calibration intercept " in t
+               for t in summary["calibration"].values())
+    assert main(["predict", str(setup["bundle"]), "--data", str(setup["data"]), "--out", str(out)]) == 0
+    assert "calibration on the training run's test split" in capsys.readouterr().out
     risks = pd.read_csv(out)
     patients = setup["sim"].patients.reset_index()
     assert list(risks["icustay_id"]) == list(patients["icustay_id"])  # every stay, in the file's order

@@ -167,7 +167,7 @@ def test_releases_serialise_and_the_default_bootstrap_is_reproducible():
     h = noisy_histograms(p, y, 20, 1.0, np.random.default_rng())
     first, second = metrics_from_histograms(h, resamples=100), metrics_from_histograms(h, resamples=100)
     assert first.intervals == second.intervals
-    assert set(first.intervals) == {"auroc", "auprc", "prevalence", "ece"}
+    assert set(first.intervals) == {"auroc", "auprc", "prevalence", "ece", "calibration_slope", "calibration_intercept"}
     text = json.dumps({"histograms": h.as_dict(), "metrics": first.as_dict()})
     assert json.loads(text)["histograms"]["noise_multiplier"] == 1.0
     assert len(json.loads(text)["histograms"]["edges"]) == 21
@@ -210,3 +210,39 @@ def test_needed_records_scales_the_noise_as_one_over_n_and_the_sampling_as_one_o
     assert needed_records(0.4, 0.0, 100, 0.2) == 200      # noise alone: twice the records halve the width
     assert needed_records(0.0, 0.4, 100, 0.2) == 400      # sampling alone: four times the records
     assert needed_records(float("nan"), 0.1, 100, 0.2) is None
+
+
+def _binormal(n: int, seed: int, distort=lambda lp: lp):
+    """Risks whose logit is ``distort`` of the true log-odds: the identity is a calibrated model."""
+    rng = np.random.default_rng(seed)
+    lp = rng.normal(-1.5, 1.2, n)
+    y = (rng.random(n) < 1 / (1 + np.exp(-lp))).astype(int)
+    return 1 / (1 + np.exp(-distort(lp))), y
+
+
+@pytest.mark.parametrize("distort, slope, intercept", [
+    (lambda lp: lp, 1.0, 0.0),               # calibrated
+    (lambda lp: 2 * lp, 0.5, None),          # overconfident: slope 1/2 (its intercept-in-the-large is not 0)
+    (lambda lp: lp + 1, 1.0, -1.0),          # risks too high by one logit: intercept -1
+])
+def test_calibration_slope_and_intercept_recover_the_distortion(distort, slope, intercept):
+    p, y = _binormal(200_000, 0, distort)
+    m = metrics_from_histograms(noisy_histograms(p, y, 30, 0.01, np.random.default_rng(1)), resamples=200)
+    assert m.calibration_slope == pytest.approx(slope, abs=0.03)  # binning moves it a little
+    if intercept is not None:
+        assert m.calibration_intercept == pytest.approx(intercept, abs=0.05)
+    low, high = m.intervals["calibration_slope"]
+    assert low <= m.calibration_slope <= high and high - low < 0.1 and m.informative["calibration_slope"]
+    assert m.as_dict()["calibration_slope"] == m.calibration_slope
+
+
+def test_calibration_under_heavy_noise_is_not_informative_and_one_class_is_undefined():
+    p, y = _binormal(500, 2)
+    m = metrics_from_histograms(noisy_histograms(p, y, 30, 8.0, np.random.default_rng(1)))
+    assert not m.informative["calibration_slope"] and not m.informative["calibration_intercept"]
+    assert m.needed_records["calibration_intercept"] > 500
+    low, high = m.intervals["calibration_intercept"]
+    assert low < -1 < 0 < high  # an open scale: not clipped to [0, 1] as the rates are
+    none = metrics_from_histograms(noisy_histograms(p, np.zeros_like(y), 30, 0.01, np.random.default_rng(1)))
+    assert math.isnan(none.calibration_slope) and math.isnan(none.calibration_intercept)
+    assert all(math.isnan(v) for v in none.intervals["calibration_slope"])
