@@ -46,6 +46,7 @@ from privehr.io.privacy_ledger import read_ledger, record_release
 from privehr.io.release_bundle import (BUNDLE_FILES, bundle_neighbours, bundle_total, dp_claim, public_entry,
                                        write_manifest)
 from privehr.models.data.hourly_profile import outlier_bounds
+from privehr.io.card_standards import card_reporting
 from privehr.models.evaluation.dp_evaluation import metrics_from_histograms, noisy_histograms
 from privehr.models.methods import create_method
 from privehr.models.privacy.randomness import NoiseSource
@@ -180,7 +181,7 @@ def _card(config: PipelineConfig, models: list[dict], counts: dict, featurizer: 
     if config.training.search_budget > 1 and config.training.tuning == "exact":
         not_covered.append("hyperparameters were searched on private dev data by exact dev AUROC "
                            "(training.search_budget > 1, training.tuning: exact)")
-    return {"title": ", ".join(m["cell_id"] for m in models), "privacy": {
+    card = {"title": ", ".join(m["cell_id"] for m in models), "privacy": {
                 "guarantee": guarantee, "releases": total["releases"], "delta": total["delta"],
                 "epsilon_prv": total["epsilon_prv"], "epsilon_rdp": total["epsilon_rdp"],
                 "epsilon_pld": total["epsilon_pld"], "neighbours": bundle_neighbours("ICU stay", counts, total),
@@ -202,6 +203,8 @@ def _card(config: PipelineConfig, models: list[dict], counts: dict, featurizer: 
                              "(shorter, other units, other hospitals) are out of distribution",
                              "the DP evaluation's intervals include the DP noise; the internal exact evaluation "
                              "stays with the hospital that trained the model"]}
+    card["reporting"] = card_reporting(card)  # TRIPOD+AI, CHAI and the DP fields they lack; verify derives it again
+    return card
 
 
 @task(name="release-bundle")

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps
+from privehr.io.card_standards import card_reporting
 from privehr.io.bundle_signature import SIGNATURE, signature_problems, signature_record
 from privehr.models.privacy.ledger import LedgerEntry, compose_entries
 from privehr.models.privacy.neighbours import neighbouring_relation
@@ -302,6 +303,12 @@ def _card_problems(bundle: Path, manifest: dict, files: dict, listed: dict) -> l
                     for k, v in derived.items())):
         problems.append("the card's neighbouring relation is not the one its counts and the manifest's total make "
                         f"({derived['relation'] if derived else 'none'})")
+    try:
+        derived_reporting = card_reporting(card) if "reporting" in card else None
+    except (KeyError, TypeError, AttributeError):
+        derived_reporting = None
+    if "reporting" in card and card["reporting"] != derived_reporting:
+        problems.append("the card's map to TRIPOD+AI and CHAI is not the one its fields make (the card was rewritten)")
     counts = _read(bundle / "counts.json") if "counts.json" in files else None
     if card.get("counts") != counts:
         problems.append("the card's counts are not counts.json's")
@@ -506,5 +513,25 @@ def render_card(card: dict) -> str:
             lines[-1:] = [f"- {' and '.join(silent)} not informative: the DP noise and this many test stays leave "
                           f"an interval wider than {e['informative_width']:g}; they are not results. More test "
                           "stays or a larger evaluation epsilon (release.evaluation_epsilon) narrow it.", ""]
+    lines += _reporting_lines(card.get("reporting"))
     lines += ["## Intended use and limits", "", *[f"- {item}" for item in card["intended_use"]], ""]
     return "\n".join(lines)
+
+
+def _reporting_lines(reporting: dict | None) -> list[str]:
+    """The card's map to TRIPOD+AI and the CHAI Applied Model Card (:mod:`privehr.io.card_standards`); nothing for
+    a card made before it had one."""
+    if not reporting:
+        return []
+    value = lambda v: _fmt(v, 4) if isinstance(v, float) else str(v)  # noqa: E731
+    return ["## Reporting standards", "",
+            "Where this card answers TRIPOD+AI (Collins et al., BMJ 2024) and the CHAI Applied Model Card, by its "
+            "fields (card.json); what a DP release adds that neither names; and what a model card cannot answer.", "",
+            "| TRIPOD+AI item | topic | card fields |", "|---|---|---|",
+            *[f"| {r['item']} | {r['topic']} | {', '.join(r['where'])} |" for r in reporting["tripod_ai"]], "",
+            "| CHAI section | card fields |", "|---|---|",
+            *[f"| {r['section']} | {', '.join(r['where']) or 'not released'} |" for r in reporting["chai"]], "",
+            "| DP field | on this card |", "|---|---|",
+            *[f"| {r['field']} | {value(r['value'])} |" for r in reporting["dp_fields"]], "",
+            "| not answered (TRIPOD+AI item) | topic | why |", "|---|---|---|",
+            *[f"| {r['item']} | {r['topic']} | {r['why']} |" for r in reporting["not_covered"]], ""]
