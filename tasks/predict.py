@@ -88,12 +88,15 @@ def apply_bundle(bundle: Bundle, mean: np.ndarray, count: np.ndarray, models: li
 
 def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | Path,
                 models: list[str] | None = None, chunk_rows: int = 32768, chunk_stays: int = 4096,
-                out_format: str = "csv") -> dict:
+                out_format: str = "csv", recalibrate: bool = False) -> dict:
     """Score every stay of a MIMIC-Extract file with at least the window's hours, ``chunk_stays`` stays at a time;
     write ``out_path`` and return a summary of counts (no patient-level value).
 
     ``out_format``: ``csv`` (one file, a row per stay of the file) or ``meds`` (a directory: a Parquet file per
-    model in the MEDS prediction schema, and ``not_scored.csv`` with each unscored stay's reason)."""
+    model in the MEDS prediction schema, and ``not_scored.csv`` with each unscored stay's reason). ``recalibrate``:
+    also each model's risks through the logistic recalibration its DP evaluation released
+    (``risk_recalibrated_<model>``; MEDS files then hold the recalibrated risk), for the models whose DP calibration
+    slope is informative; the summary says which."""
     bundle = read_bundle(bundle_path)
     if bundle.featurizer is None:
         raise InputError(f"release bundle {bundle.path} holds synthetic tables (a privehr-synthesize run), no model "
@@ -118,6 +121,8 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     stamp = {"bundle_sha256": sha256_file(bundle.path / MANIFEST),  # which bundle scored it: its signed manifest
              "predicted_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     labels = {m["cell_id"]: m["label"] for m in bundle.card.get("models", []) if m["cell_id"] in loaded}
+    recalibrations = {m["cell_id"]: m["evaluation"].get("recalibration") for m in bundle.card.get("models", [])
+                      if m["cell_id"] in loaded} if recalibrate else {}
     sink = _csv_sink(out_path, stamp) if out_format == "csv" else _meds_sink(out_path, stamp, labels, window_hours)
     scored_total = 0
     with sink as write:  # patient-level: owner-only files, also over existing ones
@@ -146,6 +151,8 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
                 column = np.full(len(table), np.nan)
                 column[scored] = p
                 table[f"risk_{cell_id}"] = column
+                if recalibrations.get(cell_id):
+                    table[f"risk_recalibrated_{cell_id}"] = recalibrated(column, recalibrations[cell_id])
             write(table)
             scored_total += int(scored.sum())
     scored = scored_total
@@ -154,7 +161,19 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
             "models": sorted(loaded), "guarantee": bundle.manifest["guarantee"],
             # how far to trust the risks: each model's DP calibration on its run's test split, as its card says
             "calibration": {m["cell_id"]: calibration_text(m["evaluation"]) or None
-                            for m in bundle.card.get("models", []) if m["cell_id"] in loaded}}
+                            for m in bundle.card.get("models", []) if m["cell_id"] in loaded},
+            "recalibrated": sorted(c for c, r in recalibrations.items() if r),
+            "not_recalibrated": {c: "its DP calibration slope is not informative (or the bundle predates "
+                                    "recalibration): recalibrating by noise would be worse than not"
+                                 for c, r in recalibrations.items() if not r}}
+
+
+def recalibrated(risk: np.ndarray, recalibration: dict) -> np.ndarray:
+    """Risks through a logistic recalibration: sigmoid(intercept + slope logit(risk)) (Cox 1958); nan stays nan."""
+    p = np.clip(np.asarray(risk, dtype=float), 1e-12, 1 - 1e-12)
+    with np.errstate(invalid="ignore"):
+        z = recalibration["intercept"] + recalibration["slope"] * np.log(p / (1 - p))
+    return 1 / (1 + np.exp(-z))
 
 
 FORMATS = ("csv", "meds")
@@ -209,7 +228,8 @@ def _meds_sink(directory: Path, stamp: dict, labels: dict[str, str], window_hour
                     "boolean_value": pa.array([None] * len(part) if outcome is None else
                                               [None if v != v else bool(v) for v in outcome], pa.bool_()),
                     "predicted_boolean_value": pa.nulls(len(part), pa.bool_()),
-                    "predicted_boolean_probability": pa.array(part[f"risk_{cell}"].to_numpy(), pa.float32())},
+                    "predicted_boolean_probability": pa.array(part.get(f"risk_recalibrated_{cell}",
+                                                                       part[f"risk_{cell}"]).to_numpy(), pa.float32())},
                     schema=schema))
             table.loc[~done, ["subject_id", "hadm_id", "icustay_id", "reason"]].assign(**stamp).to_csv(
                 reasons, index=False, header=first[0])

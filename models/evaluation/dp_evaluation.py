@@ -33,7 +33,10 @@ logit P(y = 1) = a' + logit(p) (calibration-in-the-large; 0 and 1 for a calibrat
 method to the valid table's bins, each bin's records at the midpoint of its edges in probability. They are
 post-processing too, their intervals bootstrapped as the others (each replicate projected onto a valid table
 first), not clipped to [0, 1]. Binning moves them towards a model's own calibration inside a bin; a class, or a
-score range, with too few noisy records leaves them undefined (nan, not informative).
+score range, with too few noisy records leaves them undefined (nan, not informative). Where the slope is
+informative, the two-parameter fit (intercept a, slope b) is released as the logistic recalibration
+p' = sigmoid(a + b logit(p)) (``privehr predict --recalibrate``): fitted inside the evaluation's budget, on the
+same test split the card reports, so the card's metrics are not an independent check of the recalibrated risks.
 
 **Saying what it knows.** A metric whose interval is wider than ``informative_width`` (0.2) is flagged not
 informative, with about how many test records would narrow it to that width at the same noise: the
@@ -144,11 +147,16 @@ class DPMetrics:
     informative_width: float = math.nan
     calibration_slope: float = math.nan
     calibration_intercept: float = math.nan
+    #: the logistic recalibration p' = sigmoid(intercept + slope logit(p)) fitted to the same valid table (None where
+    #: the slope is not informative: a recalibration by noise would be worse than none)
+    recalibration: dict | None = None
 
     def as_dict(self) -> dict:
         return {"auroc": self.auroc, "auprc": self.auprc, "prevalence": self.prevalence, "records": self.records,
                 "ece": self.ece, "calibration_slope": self.calibration_slope,
-                "calibration_intercept": self.calibration_intercept, "reliability": [dict(b) for b in self.reliability],
+                "calibration_intercept": self.calibration_intercept,
+                "recalibration": None if self.recalibration is None else dict(self.recalibration),
+                "reliability": [dict(b) for b in self.reliability],
                 "intervals": {k: [lo, hi] for k, (lo, hi) in self.intervals.items()}, "confidence": self.confidence,
                 "informative": dict(self.informative or {}), "needed_records": dict(self.needed_records or {}),
                 "informative_width": self.informative_width}
@@ -215,9 +223,11 @@ CALIBRATION_STEPS = 50
 CALIBRATION_LIMIT = 20.0
 
 
-def _calibration(neg: np.ndarray, pos: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _calibration(neg: np.ndarray, pos: np.ndarray, x: np.ndarray,
+                 with_intercept: bool = False) -> tuple[np.ndarray, ...]:
     """(slope, intercept-in-the-large) of the bins' valid counts against their logit midpoints ``x``, vectorised
-    over leading axes; nan where a class has under one record or a fit does not converge."""
+    over leading axes; nan where a class has under one record or a fit does not converge. ``with_intercept``:
+    also the two-parameter fit's own intercept a (of a + b logit(p): the logistic recalibration's)."""
     neg, pos = _valid_rows(neg), _valid_rows(pos)
     total = neg + pos
     shape = neg.shape[:-1]
@@ -238,6 +248,9 @@ def _calibration(neg: np.ndarray, pos: np.ndarray, x: np.ndarray) -> tuple[np.nd
     enough = (neg.sum(-1) >= 1) & (pos.sum(-1) >= 1)
     slope = np.where(enough & np.isfinite(b) & (np.abs(b) < CALIBRATION_LIMIT), b, np.nan)
     intercept = np.where(enough & np.isfinite(c) & (np.abs(c) < CALIBRATION_LIMIT), c, np.nan)
+    if with_intercept:
+        return slope, intercept, np.where(np.isfinite(slope) & np.isfinite(a) & (np.abs(a) < CALIBRATION_LIMIT), a,
+                                          np.nan)
     return slope, intercept
 
 
@@ -367,6 +380,10 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
             if not informative[k]:
                 needed[k] = needed_records(_width(noise_only[k], confidence), _width(sampling[k], confidence),
                                            cells.sum(), informative_width)
+    slope, _, intercept = (float(v) for v in _calibration(valid_neg, valid_pos, x, with_intercept=True))
+    recalibration = {"intercept": intercept, "slope": slope} \
+        if informative["calibration_slope"] and math.isfinite(intercept) else None
     return DPMetrics(point["auroc"], point["auprc"], point["prevalence"], max(float(neg.sum() + pos.sum()), 0.0),
                      point["ece"], reliability, intervals, float(confidence), informative, needed,
-                     float(informative_width), point["calibration_slope"], point["calibration_intercept"])
+                     float(informative_width), point["calibration_slope"], point["calibration_intercept"],
+                     recalibration)

@@ -42,6 +42,9 @@ def add_predict_parser(sub, common: argparse.ArgumentParser) -> None:
     predict.add_argument("--out", type=Path, required=True, help="CSV of risks, one row per stay (patient-level: "
                                                                  "keep it where the data may be)")
     predict.add_argument("--model", action="append", help="a bundled model's cell id (repeatable; default: all)")
+    predict.add_argument("--recalibrate", action="store_true",
+                         help="also each model's risks through the logistic recalibration its DP evaluation released "
+                              "(risk_recalibrated_<model>), where its DP calibration slope is informative")
     predict.add_argument("--format", choices=("csv", "meds"), default="csv",
                          help="csv: one file, a row per stay (default); meds: --out is a directory of Parquet files, "
                               "one per model, in the MEDS prediction schema (meds-evaluation reads them), and "
@@ -96,7 +99,8 @@ def predict_command(args) -> int:
     from privehr.tasks.predict import score_stays  # deferred for start-up time (torch)
 
     _existing(args.data, "--data")
-    summary = score_stays(args.bundle, args.data, args.out, args.model, out_format=args.format)
+    summary = score_stays(args.bundle, args.data, args.out, args.model, out_format=args.format,
+                          recalibrate=args.recalibrate)
     where = "their rows say" if args.format == "csv" else "not_scored.csv says"
     short = f"; {summary['not_scored']} not scored ({where} why)" if summary["not_scored"] else ""
     calibration = [f"  {cell}: {text}" for cell, text in summary["calibration"].items() if text]
@@ -105,6 +109,9 @@ def predict_command(args) -> int:
                         f"{summary['out']}\nbundle: {summary['guarantee']}"
                         + ("\ncalibration on the training run's test split (DP, from the card; a slope below 1 means "
                            "risks too extreme, an intercept below 0 risks too high):\n" + "\n".join(calibration)
-                           if calibration else ""))
+                           if calibration else "")
+                        + (f"\nrecalibrated (DP, fitted on the run's test split): {', '.join(summary['recalibrated'])}"
+                           if summary["recalibrated"] else "")
+                        + "".join(f"\nnot recalibrated: {c}: {why}" for c, why in summary["not_recalibrated"].items()))
     return 0
 

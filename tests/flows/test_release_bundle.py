@@ -176,7 +176,7 @@ def test_the_scoring_flow_scores_from_a_bundle_and_returns_counts_only(runs, tmp
     assert sorted(summary["models"]) == CELLS
     assert summary["stays"] == len(pd.read_csv(tmp_path / "scores" / "risks.csv"))
     assert set(summary) == {"bundle", "data", "out", "stays", "scored", "not_scored", "in_cohort", "models",
-                            "guarantee", "calibration"}
+                            "guarantee", "calibration", "recalibrated", "not_recalibrated"}
     assert all(text.startswith("calibration slope") for text in summary["calibration"].values())
 
 

@@ -42,11 +42,13 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def make_bundle(tmp_path: Path, count_source: str = "dp", variables: list[str] | None = None) -> dict:
+def make_bundle(tmp_path: Path, count_source: str = "dp", variables: list[str] | None = None,
+                test_records: int = 400) -> dict:
     """An honest bundle under ``tmp_path / "release"``: two DP-SGD logistic regressions over ``variables`` (three
     placeholders by default), their DP evaluations, record counts released by the geometric mechanism (``dp``) or
     exact (``public``: ``release.record_count: public``), a public featurizer; signed by the hospital's key beside
-    ``tmp_path / "hospital" / "ledger.jsonl"``. Returns its paths, entries, key fingerprint and total."""
+    ``tmp_path / "hospital" / "ledger.jsonl"``. ``test_records``: the size of the test split its DP evaluations
+    count (many make them informative). Returns its paths, entries, key fingerprint and total."""
     variables = variables or [f"v{i}" for i in range(N_VARIABLES)]
     config = PipelineConfig.model_validate({"device": "cpu"})
     ledger_path = tmp_path / "hospital" / "ledger.jsonl"
@@ -63,8 +65,9 @@ def make_bundle(tmp_path: Path, count_source: str = "dp", variables: list[str] |
         evaluation = LedgerEntry("d", f"r/DP-evaluation#{k}", "gaussian", delta=DELTA, noise_multiplier=2.0,
                                  sample_rate=1.0, steps=1, run_id="r", what="DP evaluation")
         entries += [fit, evaluation]
-        y = rng.integers(0, 2, 400)
-        histograms = noisy_histograms(np.clip(0.3 + 0.4 * y + rng.normal(0, 0.2, 400), 0, 1), y, 10, 2.0, rng)
+        y = rng.integers(0, 2, test_records)
+        histograms = noisy_histograms(np.clip(0.3 + 0.4 * y + rng.normal(0, 0.2, test_records), 0, 1), y, 10, 2.0,
+                                      rng)
         metrics = metrics_from_histograms(histograms, 0.95, 50).as_dict()
         evaluations[cell] = {"release": evaluation.release, "histograms": histograms.as_dict(), "metrics": metrics}
         sources[f"models/{cell}.pt"] = {"source": "dp", "releases": [fit.release], "about": "a bundled model"}

@@ -30,7 +30,8 @@ def setup(tmp_path_factory):
     made = small_bundle.make_bundle(tmp, variables=list(variables["level2"]))
     sim = simulate_extract(variables, STAYS, seed=3)
     write_extract(sim, tmp / "new.h5")
-    return {"tmp": tmp, "bundle": made["bundle"], "sim": sim, "data": tmp / "new.h5"}
+    return {"tmp": tmp, "bundle": made["bundle"], "sim": sim, "data": tmp / "new.h5",
+            "variables": list(variables["level2"])}
 
 
 def _variant(setup, name: str, edit) -> str:
@@ -210,3 +211,30 @@ def test_format_meds_writes_the_meds_prediction_schema_per_model(setup, tmp_path
     reasons = pd.read_csv(out / "not_scored.csv")
     assert sorted(reasons["icustay_id"]) == sorted(csv.index[csv["reason"].notna()])
     assert reasons["reason"].notna().all() and len(reasons) == summary["not_scored"]
+
+
+def test_recalibrate_applies_the_released_recalibration_where_the_dp_slope_is_informative(setup, tmp_path, capsys):
+    from privehr.tasks.predict import recalibrated
+
+    informative = small_bundle.make_bundle(tmp_path / "big", variables=setup["variables"], test_records=100_000)
+    for bundle, expect in ((informative["bundle"], True), (setup["bundle"], False)):
+        out = tmp_path / f"r-{expect}.csv"
+        assert main(["predict", str(bundle), "--data", str(setup["data"]), "--out", str(out), "--recalibrate",
+                     "--json"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        risks = pd.read_csv(out)
+        card = json.loads((bundle / "card.json").read_text())
+        for m in card["models"]:
+            cell, fitted = m["cell_id"], m["evaluation"]["recalibration"]
+            assert (fitted is not None) == m["evaluation"]["informative"]["calibration_slope"]
+            if fitted is None:  # noise is not applied to the risks: said, and no column
+                assert cell in summary["not_recalibrated"] and f"risk_recalibrated_{cell}" not in risks
+                continue
+            assert cell in summary["recalibrated"]
+            np.testing.assert_allclose(risks[f"risk_recalibrated_{cell}"], recalibrated(risks[f"risk_{cell}"], fitted))
+        assert bool(summary["recalibrated"]) == expect
+    # the map itself: identity at (0, 1), monotone, a slope below 1 pulls risks towards the intercept's
+    p = np.array([0.01, 0.2, 0.5, 0.9, np.nan])
+    np.testing.assert_allclose(recalibrated(p, {"intercept": 0.0, "slope": 1.0}), p)
+    shrunk = recalibrated(p, {"intercept": 0.0, "slope": 0.5})
+    assert (np.diff(shrunk[:4]) > 0).all() and shrunk[0] > p[0] and shrunk[3] < p[3] and np.isnan(shrunk[4])
