@@ -203,7 +203,7 @@ def _card(config: PipelineConfig, models: list[dict], counts: dict, featurizer: 
                              "(shorter, other units, other hospitals) are out of distribution",
                              "the DP evaluation's intervals include the DP noise; the internal exact evaluation "
                              "stays with the hospital that trained the model"]}
-    card["reporting"] = card_reporting(card)  # TRIPOD+AI, CHAI and the DP fields they lack; verify derives it again
+    card["reporting"] = card_reporting(card)  # TRIPOD+AI, CHAI and the DP fields they lack; verify checks it
     return card
 
 

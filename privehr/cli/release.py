@@ -103,7 +103,8 @@ def predict_command(args) -> int:
                           recalibrate=args.recalibrate)
     where = "their rows say" if args.format == "csv" else "not_scored.csv says"
     short = f"; {summary['not_scored']} not scored ({where} why)" if summary["not_scored"] else ""
-    calibration = [f"  {cell}: {text}" for cell, text in summary["calibration"].items() if text]
+    calibration = [f"  {cell}: {text or 'not on its card (the bundle was made before calibration was released)'}"
+                   for cell, text in summary["calibration"].items()]
     emit(args, summary, f"scored {summary['scored']} of {summary['stays']} stay(s) ({summary['in_cohort']} in the "
                         f"training cohort's definition{short}) with {', '.join(summary['models'])}; risks in "
                         f"{summary['out']}\nbundle: {summary['guarantee']}"

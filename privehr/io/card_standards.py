@@ -2,120 +2,210 @@
 
 * TRIPOD+AI: Collins, Moons, Dhiman, Riley, Beam, Van Calster, Ghassemi, Liu, Reitsma, van Smeden, Boulesteix et
   al., "TRIPOD+AI statement: updated guidance for reporting clinical prediction models that use regression or
-  machine learning methods", BMJ 2024;385:e078378 (27 items; numbered as in its checklist).
-* The CHAI Applied Model Card: Coalition for Health AI, "Applied Model Card" (2024 draft), by its sections.
+  machine learning methods", BMJ 2024;385:e078378: 27 main items, 52 subitems (:data:`TRIPOD_AI_ITEMS`), numbered
+  as in its checklist.
+* The CHAI Applied Model Card: Coalition for Health AI, "Applied Model Card" (draft of November 2024, schema v0.1),
+  by its sections and their elements.
 
-Neither has fields for a differentially private release, so the map also lists those (unit, neighbouring relation,
-accountants, sampler, epsilon, delta, whether tuning was charged, audit), each with its value on this card, and the
-TRIPOD+AI items a model card cannot answer (they belong to a study report).
+Neither has fields for a differentially private release, so the map also lists those (the unit, the neighbouring
+relation, the accountants, the sampler, epsilon, delta, whether tuning was charged, the audit), each with its value
+on this card, and every TRIPOD+AI subitem a model card does not answer, with why (most belong to a study report).
+Each of the 52 subitems is either answered (:data:`TRIPOD_AI`) or not (:data:`NOT_COVERED`), never both.
 
-The map is derived from the card's own fields (:func:`card_reporting`): a card stores it, ``release verify``
-derives it again and refuses a card whose map is not the one its fields make, and a test walks every path it
-names (``tests/io/test_card_standards.py``), so the map cannot drift from the card. Pure data: no IO.
+A model card stores the map (``card["reporting"]``, built by :func:`card_reporting`); card.md prints it. ``release
+verify`` checks it with :func:`reporting_problems`: every card field it names is on the card and the DP fields
+carry the card's own epsilon, delta, relation and tuning. The wording of the tables is not checked, so a bundle
+keeps verifying after this module's tables are reworded. A test walks every path on a real card
+(``tests/io/test_card_standards.py``). A bundle of synthetic tables has no map: both standards are for prediction
+models, and its Privacy section already names the unit, relation, accountants, epsilon and delta. Pure data: no IO.
 """
 
 from __future__ import annotations
 
-__all__ = ["card_reporting", "TRIPOD_AI", "CHAI", "NOT_COVERED", "resolve"]
+__all__ = ["card_reporting", "reporting_problems", "resolve", "TRIPOD_AI", "TRIPOD_AI_ITEMS", "CHAI", "NOT_COVERED",
+           "CHECKED_DP_FIELDS"]
 
-#: TRIPOD+AI items a model card answers: (item, topic, the card's fields that answer it)
+#: the 52 subitems of TRIPOD+AI's 27 main items, in the checklist's order
+TRIPOD_AI_ITEMS = ("1", "2", "3a", "3b", "3c", "4", "5a", "5b", "6a", "6b", "6c", "7", "8a", "8b", "8c", "9a", "9b",
+                   "9c", "10", "11", "12a", "12b", "12c", "12d", "12e", "12f", "12g", "13", "14", "15", "16", "17",
+                   "18a", "18b", "18c", "18d", "18e", "18f", "19", "20a", "20b", "20c", "21", "22", "23a", "23b",
+                   "24", "25", "26", "27a", "27b", "27c")
+
+#: TRIPOD+AI subitems the card answers, in whole or in part: (item, topic, the card fields that answer it)
 TRIPOD_AI = [
-    ("1", "Title: a prediction model, its population, outcome and approach", ["title", "summary"]),
-    ("3b", "Target population and where in the care pathway", ["cohort.definition", "intended_use"]),
-    ("5a", "Data sources", ["cohort.definition"]),
+    ("1", "Title: a prediction model, its population and outcome", ["title", "summary"]),
+    ("3b", "Target population, intended purpose and users", ["cohort.definition", "intended_use"]),
+    ("5a", "Data source (MIMIC-Extract ICU stays)", ["cohort.definition"]),
     ("6b", "Eligibility criteria", ["cohort.definition", "cohort.window_hours", "cohort.gap_hours"]),
-    ("7", "Data preparation (cleaning, outliers)", ["cohort.definition"]),
-    ("8a", "Outcome and how it is assessed", ["models.label", "models.label_definition"]),
-    ("9a", "Predictors and when they are measured", ["cohort.variables", "cohort.window_hours"]),
+    ("7", "Data preparation (quarantine, outlier bounds)", ["cohort.definition"]),
+    ("8a", "Outcome and its time horizon", ["models.label", "models.label_definition", "cohort.gap_hours"]),
+    ("9b", "Predictors: how many, and when measured", ["cohort.variables", "cohort.window_hours"]),
     ("10", "Sample size", ["counts.stays", "counts.source"]),
+    ("12a", "How the data were used: train, dev and test splits", ["counts.stays"]),
     ("12c", "Model type, building steps and hyperparameter tuning", ["models.model", "models.loss", "models.plan",
                                                                      "models.tuning"]),
-    ("12e", "Performance measures and their uncertainty", ["models.evaluation.auroc", "models.evaluation.auprc",
-                                                           "models.evaluation.intervals",
-                                                           "models.evaluation.confidence"]),
-    ("12f", "Calibration", ["models.evaluation.calibration_slope", "models.evaluation.calibration_intercept",
-                            "models.evaluation.ece", "models.evaluation.reliability"]),
-    ("15", "Model output (a risk) and how it is used", ["intended_use"]),
-    ("16", "Training versus evaluation data", ["counts.stays", "privacy.covers"]),
-    ("22", "Model specification (full model, for use by others)", ["models.file", "models.plan"]),
-    ("23a", "Model performance with intervals", ["models.evaluation.intervals", "models.evaluation.informative",
-                                                 "models.evaluation.needed_records"]),
+    ("12e", "Performance measures: discrimination and calibration",
+     ["models.evaluation.auroc", "models.evaluation.auprc", "models.evaluation.ece",
+      "models.evaluation.calibration_slope", "models.evaluation.calibration_intercept",
+      "models.evaluation.reliability"]),
+    ("12f", "Model updating arising from the evaluation (recalibration)", ["models.evaluation.recalibration"]),
+    ("12g", "How predictions are calculated (the model object)", ["models.file"]),
+    ("15", "Model output: a risk at the end of the window", ["intended_use"]),
+    ("16", "Development versus evaluation data (one source, split)", ["cohort.definition", "counts.stays"]),
+    ("21", "Records and outcome events in the evaluation (DP)", ["models.evaluation.records",
+                                                                 "models.evaluation.prevalence"]),
+    ("22", "Model specification for use by others", ["models.file", "models.plan"]),
+    ("23a", "Performance with intervals (overall; no subgroups)",
+     ["models.evaluation.intervals", "models.evaluation.confidence", "models.evaluation.informative",
+      "models.evaluation.needed_records"]),
+    ("24", "Model updating: the recalibration released (no performance after it)",
+     ["models.evaluation.recalibration"]),
     ("26", "Limitations", ["intended_use", "privacy.not_covered"]),
-    ("27a", "Usability: intended use and users", ["intended_use"]),
 ]
 
-#: TRIPOD+AI items a model card does not answer (a study report must): (item, topic, why)
+#: TRIPOD+AI subitems the card does not answer: (items, topic, why)
 NOT_COVERED = [
-    ("3c", "Health inequalities", "subgroup results stay in the internal report: exact, not released"),
+    ("2", "Abstract", "the card's summary is not a TRIPOD+AI abstract"),
+    ("3a", "Healthcare context, rationale, existing models", "the study report's"),
+    ("3c", "Known health inequalities", "not described"),
+    ("4", "Objectives", "the study report's"),
     ("5b", "Dates of the data", "the card names no accrual dates"),
-    ("13", "Class imbalance handling", "not applied; the prevalence is on the card"),
-    ("14", "Fairness: subgroup performance", "the internal report holds subgroup AUROCs; they are not released"),
+    ("6a", "Setting: number and location of centres", "the card names the source, not its centres"),
+    ("6c", "Treatments received", "not described"),
+    ("8b, 8c, 9c", "Assessors of outcome and predictors, blinding", "not described (labels and predictors are "
+                                                                    "derived from the record by MIMIC-Extract)"),
+    ("9a", "Choice of initial predictors", "the card gives their number, not why they were chosen"),
+    ("11", "Missing data", "the card names no imputation; featurizer.json holds the statistics new stays are "
+                           "filled with"),
+    ("12b", "Predictor handling (rescaling, standardisation)", "in featurizer.json, not on the card"),
+    ("12d, 23b", "Heterogeneity across clusters", "one source; not examined"),
+    ("13", "Class imbalance methods", "none is applied, but the card does not say so"),
+    ("14", "Fairness", "subgroup results stay in the internal report: exact, not released"),
     ("17", "Ethical approval", "the hospital's study protocol"),
-    ("18", "Open science: funding, protocol, registration, data and code sharing", "the study report"),
-    ("19", "Patient and public involvement", "the study report"),
-    ("20", "Participants' flow and characteristics", "exact counts stay in the hospital"),
-    ("24", "Model updating", "each nightly run makes a new bundle; no updating within one"),
-    ("-", "External validation (not a TRIPOD+AI item of its own)", "the card's evaluation is on a held-out split of "
-                                                                   "the same source"),
+    ("18a, 18b, 18c, 18d, 18e, 18f", "Open science: funding, conflicts, protocol, registration, data, code",
+     "the study report's"),
+    ("19", "Patient and public involvement", "the study report's"),
+    ("20a, 20b, 20c", "Participants' flow, characteristics, development versus evaluation",
+     "exact counts and characteristics stay in the hospital"),
+    ("25", "Interpretation", "the study report's"),
+    ("27a", "Poor quality or unavailable input data in use", "not on the card (privehr predict masks values beyond "
+                                                             "the bundled outlier bounds and scores no stay shorter "
+                                                             "than the window)"),
+    ("27b", "Users' interaction and expertise", "not described"),
+    ("27c", "Next steps for research", "the study report's"),
+    ("-", "External validation (not an item of its own)", "the evaluation is on a held-out split of the same source"),
 ]
 
-#: CHAI Applied Model Card sections and the card's fields that fill them
+#: CHAI Applied Model Card sections (and elements) and the card fields that fill them; an empty list: not on the
+#: card, with why
 CHAI = [
-    ("Release and developer", ["title", "privacy.guarantee"]),
-    ("Summary", ["summary"]),
-    ("Uses and directions", ["intended_use", "cohort.definition"]),
-    ("Warnings", ["intended_use", "privacy.not_covered"]),
-    ("Trust ingredients: AI system facts", ["models.model", "models.plan", "cohort.variables",
-                                            "cohort.window_hours"]),
-    ("Trust ingredients: transparency information", ["privacy.covers", "privacy.not_covered", "counts.source"]),
-    ("Key metrics: usefulness, usability and efficacy", ["models.evaluation.auroc", "models.evaluation.auprc",
-                                                         "models.evaluation.intervals"]),
-    ("Key metrics: safety and reliability", ["models.evaluation.calibration_slope", "models.evaluation.ece",
-                                             "models.evaluation.reliability"]),
-    ("Key metrics: fairness and equity", []),  # not released: see TRIPOD+AI item 14
+    ("Basic information: model name", ["title"], ""),
+    ("Basic information: developer and contact", [], "the hospital's, not in the bundle"),
+    ("Release information: stage, date, version, regulatory approval", [], "the manifest names the run; no stage "
+                                                                            "or approval"),
+    ("Model summary", ["summary"], ""),
+    ("Uses and directions: intended use, users, patient population, out-of-scope settings",
+     ["intended_use", "cohort.definition"], ""),
+    ("Warnings: known risks and limitations, clinical risk level", ["intended_use", "privacy.not_covered"], ""),
+    ("Warnings: known biases or ethical considerations", [], "subgroup results are not released"),
+    ("Trust ingredients, AI system facts: outcomes and outputs, model type",
+     ["models.label", "models.label_definition", "models.model"], ""),
+    ("Trust ingredients, AI system facts: input data source and types, development data",
+     ["cohort.definition", "cohort.variables", "cohort.window_hours", "counts.stays"], ""),
+    ("Trust ingredients, AI system facts: security (here: the DP guarantee)",
+     ["privacy.guarantee", "privacy.covers", "privacy.not_covered"], ""),
+    ("Trust ingredients, AI system facts: bias mitigation, ongoing maintenance", [], "none applied; each run makes "
+                                                                                     "a new bundle"),
+    ("Trust ingredients: transparency information (funding, third parties, stakeholders)", [], "the study report's"),
+    ("Key metrics: usefulness, usability and efficacy",
+     ["models.evaluation.auroc", "models.evaluation.auprc", "models.evaluation.intervals",
+      "models.evaluation.records"], ""),
+    ("Key metrics: safety and reliability",
+     ["models.evaluation.calibration_slope", "models.evaluation.calibration_intercept", "models.evaluation.ece",
+      "models.evaluation.reliability"], ""),
+    ("Key metrics: fairness and equity", [], "subgroup results are not released (TRIPOD+AI 14)"),
+    ("Resources: publications, trials, patient consent", [], "the study report's"),
 ]
+
+#: the DP fields whose values ``release verify`` checks against the card's own fields
+CHECKED_DP_FIELDS = ("neighbouring relation", "epsilon", "delta", "tuning charged to the budget")
 
 
 def resolve(card: dict, path: str) -> list:
-    """The values at a dotted ``path`` of the card (a list field such as ``models`` fans out over its entries)."""
+    """The values at a dotted ``path`` of the card (a list field such as ``models`` fans out over its entries); an
+    empty list where no entry holds it."""
     values = [card]
     for key in path.split("."):
-        nxt = []
-        for v in values:
-            for item in (v if isinstance(v, list) else [v]):
-                if isinstance(item, dict) and key in item:
-                    nxt.append(item[key])
-        values = nxt
+        values = [item[key] for v in values for item in (v if isinstance(v, list) else [v])
+                  if isinstance(item, dict) and key in item]
     return values
+
+
+def _tuning(card: dict) -> tuple[str, str]:
+    methods = {m["tuning"]["method"] for m in card["models"] if isinstance(m.get("tuning"), dict)}
+    if "exact" in methods:
+        return "no", "hyperparameters searched on exact dev AUROC: not DP, and the guarantee says so"
+    if "dp" in methods:
+        return "yes", "every search trial (DP-SGD) and its DP dev score (Gaussian) is a release in the total"
+    return "no search", "one configuration per model: nothing to charge"
 
 
 def _dp_fields(card: dict) -> list[dict]:
     privacy = card["privacy"]
-    neighbours = privacy.get("neighbours") or {"relation": "add/remove one record"}
-    tuning = sorted({m["tuning"]["method"] for m in card["models"] if isinstance(m.get("tuning"), dict)})
+    n = privacy.get("neighbours") or {}
+    claimed = "epsilon_prv" if privacy.get("epsilon_prv") is not None else "epsilon_rdp"
+    if "epsilon" in n:  # replace-one neighbours: the group-privacy total is the claim
+        epsilon, delta = (n["epsilon"], ["privacy.neighbours.epsilon"]), (n["delta"], ["privacy.neighbours.delta"])
+    else:
+        epsilon, delta = (privacy[claimed], [f"privacy.{claimed}"]), (privacy["delta"], ["privacy.delta"])
+    tuned, why = _tuning(card)
     return [
-        {"field": "unit of privacy", "value": "one ICU stay (a record); a patient with k stays: group privacy of k",
-         "where": "privacy.covers"},
-        {"field": "neighbouring relation", "value": neighbours["relation"], "where": "privacy.neighbours"},
-        {"field": "accountants", "value": "PRV (the claim), RDP (the budget's filter) and PLD, composed over the "
-                                          "bundle's releases", "where": "privacy.epsilon_prv"},
-        {"field": "sampler", "value": "Poisson sampling at each model's planned rate q (models.plan.sample_rate); "
-                                      "the evaluation's Gaussian histograms use every test record",
-         "where": "models.plan.sample_rate"},
-        {"field": "epsilon", "value": privacy["epsilon_prv"], "where": "privacy.epsilon_prv"},
-        {"field": "delta", "value": privacy["delta"], "where": "privacy.delta"},
-        {"field": "tuning charged to the budget", "value": "no search (one configuration)" if tuning == ["none"]
-         else "yes: DP dev scores, in the total" if "dp" in tuning else "searched on exact dev scores: not charged",
-         "where": "models.tuning"},
-        {"field": "membership-inference audit", "value": "not audited in this bundle (`privehr audit` runs one on "
-                                                         "the run; its result is not released)", "where": None},
+        {"field": "unit of privacy", "value": "one ICU stay", "note": "a patient with k stays is protected at about "
+         "k times epsilon (group privacy)", "where": ["privacy.covers"]},
+        {"field": "neighbouring relation", "value": n.get("relation", "add/remove one ICU stay"), "note": "",
+         "where": ["privacy.neighbours.relation"] if n else ["privacy.guarantee"]},
+        {"field": "epsilon", "value": epsilon[0], "note": "the claim, under the relation above",
+         "where": epsilon[1]},
+        {"field": "delta", "value": delta[0], "note": "", "where": delta[1]},
+        {"field": "accountants", "value": "PRV, RDP, PLD", "note": "each composes the bundle's releases under "
+         "add/remove-one neighbours; the claim is PRV's (RDP's where PRV has none)",
+         "where": ["privacy.epsilon_prv", "privacy.epsilon_rdp", "privacy.epsilon_pld"]},
+        {"field": "sampler", "value": "Poisson", "note": "each DP-SGD step keeps every training stay with the "
+         "model's planned probability q; the DP evaluation counts every test stay",
+         "where": ["models.plan.sample_rate"]},
+        {"field": "tuning charged to the budget", "value": tuned, "note": why, "where": ["models.tuning"]},
+        {"field": "membership-inference audit", "value": "not audited in this bundle", "note": "privehr audit "
+         "audits a run apart from its bundle (LiRA, one-run); no audit result is released", "where": []},
     ]
 
 
 def card_reporting(card: dict) -> dict:
     """The card's map to TRIPOD+AI and the CHAI Applied Model Card, its DP fields with their values, and the
-    TRIPOD+AI items it does not answer (a card without a ``reporting`` key: its stored map is ignored here)."""
+    TRIPOD+AI subitems it does not answer (a ``reporting`` key already on the card is ignored)."""
     return {"tripod_ai": [{"item": i, "topic": t, "where": w} for i, t, w in TRIPOD_AI],
-            "chai": [{"section": s, "where": w} for s, w in CHAI],
+            "chai": [{"section": s, "where": w, "why": y} for s, w, y in CHAI],
             "dp_fields": _dp_fields(card),
             "not_covered": [{"item": i, "topic": t, "why": y} for i, t, y in NOT_COVERED]}
+
+
+def reporting_problems(card: dict) -> list[str]:
+    """What ``release verify`` finds wrong with a card's stored map (nothing for a card made before it had one):
+    its shape, a card field it names that the card does not hold, and a checked DP field (:data:`CHECKED_DP_FIELDS`)
+    whose value is not the one the card's own fields make."""
+    reporting = card.get("reporting")
+    if reporting is None:
+        return []
+    sections = ("tripod_ai", "chai", "dp_fields", "not_covered")
+    if not (isinstance(reporting, dict) and all(isinstance(reporting.get(s), list) for s in sections)
+            and all(isinstance(r, dict) and isinstance(r.get("where", []), list) for s in sections
+                    for r in reporting[s])):
+        return ["the card's reporting map is not shaped as card_reporting makes one"]
+    named = {p for s in ("tripod_ai", "chai", "dp_fields") for r in reporting[s] for p in r.get("where", [])}
+    problems = [f"the card's reporting map names {p!r}, a field the card does not hold" for p in sorted(named)
+                if not isinstance(p, str) or not resolve(card, p)]
+    stated = {r.get("field"): r.get("value") for r in reporting["dp_fields"]}
+    derived = {r["field"]: r["value"] for r in _dp_fields(card)}
+    problems += [f"the card's reporting map says {field} {stated.get(field)!r}; the card's fields make "
+                 f"{derived[field]!r} (the card was rewritten)" for field in CHECKED_DP_FIELDS
+                 if stated.get(field) != derived[field]]
+    return problems

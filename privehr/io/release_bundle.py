@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps
-from privehr.io.card_standards import card_reporting
+from privehr.io.card_standards import reporting_problems
 from privehr.io.bundle_signature import SIGNATURE, signature_problems, signature_record
 from privehr.models.privacy.ledger import LedgerEntry, compose_entries
 from privehr.models.privacy.neighbours import neighbouring_relation
@@ -304,11 +304,9 @@ def _card_problems(bundle: Path, manifest: dict, files: dict, listed: dict) -> l
         problems.append("the card's neighbouring relation is not the one its counts and the manifest's total make "
                         f"({derived['relation'] if derived else 'none'})")
     try:
-        derived_reporting = card_reporting(card) if "reporting" in card else None
+        problems += reporting_problems(card)  # its map to TRIPOD+AI and CHAI, and its DP fields' values
     except (KeyError, TypeError, AttributeError):
-        derived_reporting = None
-    if "reporting" in card and card["reporting"] != derived_reporting:
-        problems.append("the card's map to TRIPOD+AI and CHAI is not the one its fields make (the card was rewritten)")
+        problems.append("the card's reporting map cannot be checked against its fields (the card was rewritten)")
     counts = _read(bundle / "counts.json") if "counts.json" in files else None
     if card.get("counts") != counts:
         problems.append("the card's counts are not counts.json's")
@@ -473,7 +471,9 @@ def _dp_metric(e: dict, key: str, name: str) -> str:
     if _informs(e, key):
         return f"{name} {_fmt(e[key])} [{_fmt(low)}, {_fmt(high)}]" if key != "ece" else f"{name} {_fmt(e[key])}"
     needed = (e.get("needed_records") or {}).get(key)
-    return (f"{name} not informative (interval [{_fmt(low)}, {_fmt(high)}]"
+    defined = _fmt(low) != "n/a" and _fmt(high) != "n/a"  # none where the noisy counts leave it undefined
+    return (f"{name} not informative (" + (f"interval [{_fmt(low)}, {_fmt(high)}]" if defined else
+                                           "undefined on these noisy counts: a class or score range too thin")
             + (f"; about {needed:,} test stays would narrow it to {e['informative_width']:g})" if needed else ")"))
 
 
@@ -523,15 +523,22 @@ def _reporting_lines(reporting: dict | None) -> list[str]:
     a card made before it had one."""
     if not reporting:
         return []
-    value = lambda v: _fmt(v, 4) if isinstance(v, float) else str(v)  # noqa: E731
+    def value(r: dict) -> str:
+        v = f"{r['value']:.3g}" if isinstance(r["value"], float) else str(r["value"])
+        return v + (f"; {r['note']}" if r.get("note") else "")
+
+    def fields(where) -> str:  # a list of card.json paths (a card of 2026-11-28 may hold one path or none)
+        return ", ".join(where) if isinstance(where, list) else where or ""
+
     return ["## Reporting standards", "",
-            "Where this card answers TRIPOD+AI (Collins et al., BMJ 2024) and the CHAI Applied Model Card, by its "
-            "fields (card.json); what a DP release adds that neither names; and what a model card cannot answer.", "",
-            "| TRIPOD+AI item | topic | card fields |", "|---|---|---|",
-            *[f"| {r['item']} | {r['topic']} | {', '.join(r['where'])} |" for r in reporting["tripod_ai"]], "",
+            "Where this card answers TRIPOD+AI (Collins et al., BMJ 2024) and the CHAI Applied Model Card (2024 "
+            "draft), by its fields in card.json; the DP fields neither names; the TRIPOD+AI items it does not answer.",
+            "", "| TRIPOD+AI item | topic | card fields |", "|---|---|---|",
+            *[f"| {r['item']} | {r['topic']} | {fields(r['where'])} |" for r in reporting["tripod_ai"]], "",
             "| CHAI section | card fields |", "|---|---|",
-            *[f"| {r['section']} | {', '.join(r['where']) or 'not released'} |" for r in reporting["chai"]], "",
-            "| DP field | on this card |", "|---|---|",
-            *[f"| {r['field']} | {value(r['value'])} |" for r in reporting["dp_fields"]], "",
-            "| not answered (TRIPOD+AI item) | topic | why |", "|---|---|---|",
+            *[f"| {r['section']} | {fields(r['where']) or 'not on this card: ' + r.get('why', 'not released')} |"
+              for r in reporting["chai"]], "",
+            "| DP field | on this card | card fields |", "|---|---|---|",
+            *[f"| {r['field']} | {value(r)} | {fields(r.get('where')) or 'none'} |" for r in reporting["dp_fields"]],
+            "", "| not answered (TRIPOD+AI item) | topic | why |", "|---|---|---|",
             *[f"| {r['item']} | {r['topic']} | {r['why']} |" for r in reporting["not_covered"]], ""]

@@ -57,3 +57,20 @@ def test_the_card_prints_calibration_slope_and_intercept_or_why_not():
     old = {k: v for k, v in clear.items() if not k.startswith("calibration")}
     old["intervals"] = {k: v for k, v in clear["intervals"].items() if not k.startswith("calibration")}
     assert "calibration" not in render_card(_card(old))
+
+
+def test_a_calibration_the_noisy_counts_leave_undefined_is_said_so_also_from_card_json():
+    import json
+
+    from privehr.core.strict_json import strict_dumps
+    from privehr.models.evaluation.dp_evaluation import NoisyHistograms, score_edges
+
+    one = np.zeros(30)
+    one[10] = 1.0  # every test stay in one score bin: no calibration slope
+    m = metrics_from_histograms(NoisyHistograms(score_edges(30), 50_000 * one, 30_000 * one, 1e-9), resamples=50)
+    evaluation = json.loads(strict_dumps(m.as_dict() | {"epsilon": 0.5}))  # as card.json holds it: null, not NaN
+    assert evaluation["calibration_slope"] is None
+    line = next(t for t in render_card(_card(evaluation)).splitlines() if t.startswith("- DP evaluation"))
+    assert "calibration slope not informative (undefined on these noisy counts" in line
+    assert "n/a" not in line.split("calibration slope")[1].split(", calibration intercept")[0]
+    assert f"calibration intercept {evaluation['calibration_intercept']:.3f} [" in line  # in the large: defined

@@ -16,6 +16,7 @@ import pytest
 
 from privehr.cli import main
 from privehr.io.demo_data import write_extract
+from privehr.io.release_bundle import calibration_text
 from privehr.resources import mimic_extract_variables
 from privehr.simulate.severity_simulator import simulate_extract
 from oracles import small_bundle
@@ -54,8 +55,14 @@ def test_every_stay_gets_a_row_with_a_risk_or_the_reason_and_the_bundle_and_time
     assert sorted(summary["calibration"]) == sorted(small_bundle.CELLS.values())
     assert all(t.startswith("calibration slope ") and "calibration intercept " in t
                for t in summary["calibration"].values())
+    card = json.loads((setup["bundle"] / "card.json").read_text())
+    texts = {m["cell_id"]: calibration_text(m["evaluation"]) for m in card["models"]}
+    assert summary["calibration"] == texts  # the card's own words: 400 noisy test stays inform neither here
+    assert all(t.count("not informative (interval [") == 2 for t in texts.values())
     assert main(["predict", str(setup["bundle"]), "--data", str(setup["data"]), "--out", str(out)]) == 0
-    assert "calibration on the training run's test split" in capsys.readouterr().out
+    human = capsys.readouterr().out
+    assert "calibration on the training run's test split" in human
+    assert all(f"  {cell}: {text}\n" in human for cell, text in texts.items())
     risks = pd.read_csv(out)
     patients = setup["sim"].patients.reset_index()
     assert list(risks["icustay_id"]) == list(patients["icustay_id"])  # every stay, in the file's order
@@ -238,3 +245,29 @@ def test_recalibrate_applies_the_released_recalibration_where_the_dp_slope_is_in
     np.testing.assert_allclose(recalibrated(p, {"intercept": 0.0, "slope": 1.0}), p)
     shrunk = recalibrated(p, {"intercept": 0.0, "slope": 0.5})
     assert (np.diff(shrunk[:4]) > 0).all() and shrunk[0] > p[0] and shrunk[3] < p[3] and np.isnan(shrunk[4])
+
+
+def test_the_summary_prints_the_cards_calibration_or_says_the_card_has_none(setup, tmp_path, monkeypatch, capsys):
+    import privehr.tasks.predict as predict
+
+    informative = small_bundle.make_bundle(tmp_path / "big", variables=setup["variables"], test_records=100_000)
+    card = json.loads((informative["bundle"] / "card.json").read_text())
+    out = tmp_path / "risks.csv"
+    assert main(["predict", str(informative["bundle"]), "--data", str(setup["data"]), "--out", str(out)]) == 0
+    human = capsys.readouterr().out
+    for m in card["models"]:
+        e = m["evaluation"]
+        slope, (low, high) = e["calibration_slope"], e["intervals"]["calibration_slope"]
+        assert e["informative"]["calibration_slope"]  # 100,000 noisy test stays: numbers with their intervals
+        assert f"  {m['cell_id']}: calibration slope {slope:.3f} [{low:.3f}, {high:.3f}], calibration intercept " \
+            in human
+    columns = pd.read_csv(out, nrows=1).columns
+    assert any(c.startswith("risk_") for c in columns) and not any("calibration" in c for c in columns)  # summary's
+    # a bundle made before calibration was released: its card has none, and the summary says so
+    real = predict.score_stays
+    monkeypatch.setattr(predict, "score_stays", lambda *a, **k: real(*a, **k) | {
+        "calibration": {cell: None for cell in small_bundle.CELLS.values()}})
+    assert main(["predict", str(setup["bundle"]), "--data", str(setup["data"]), "--out", str(out)]) == 0
+    human = capsys.readouterr().out
+    assert all(f"  {cell}: not on its card (the bundle was made before calibration was released)" in human
+               for cell in small_bundle.CELLS.values())
