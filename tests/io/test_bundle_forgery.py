@@ -242,3 +242,30 @@ def test_exact_public_counts_make_the_card_claim_replace_one_at_the_group_privac
         manifest["card"]["privacy"]["neighbours"] = n | {"epsilon": eps, "delta": delta}
     _forge(public["bundle"], understated, Ed25519PrivateKey.generate())
     assert _has(_problems(public), "neighbouring relation", "(replace one ICU stay within its split")
+
+
+@pytest.mark.parametrize("damage, words", [
+    ("not_a_directory", "is not a directory; give the release/ folder"),
+    ("no_manifest", "manifest.json cannot be read (FileNotFoundError)"),
+    ("manifest_not_json", "manifest.json cannot be read (JSONDecodeError)"),
+    ("card_rewritten", "does not verify"),
+])
+def test_release_show_on_a_bad_bundle_is_one_line_and_exit_2_and_never_shows_the_card(made, damage, words, capsys):
+    """The README's bad-input row for ``release show``: what it shows is the verified manifest's card or nothing."""
+    bundle = made["bundle"]
+    target = bundle
+    if damage == "not_a_directory":
+        target = bundle / "card.json"
+    elif damage == "no_manifest":
+        (bundle / MANIFEST).unlink()
+    elif damage == "manifest_not_json":
+        (bundle / MANIFEST).write_text("{")
+    else:
+        card = json.loads((bundle / "card.json").read_text())
+        card["title"] = "a better model"
+        (bundle / "card.json").write_text(json.dumps(card))
+    assert main(["release", "show", str(target)]) == 2
+    out = capsys.readouterr()
+    lines = (out.out + out.err).strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in lines[0]
+    assert "a better model" not in out.out + out.err and "## " not in out.out
