@@ -296,7 +296,9 @@ def _task_and_source(run_dir: Path, runs: list[dict], data: DataConfig, cohort: 
 def console_table(summary: dict) -> str:
     """The console's last screen: what matters of each cell (label, model, method, epsilon, the exact test AUROC
     with its interval, the guarantee), then the commands that come next."""
-    intervals = {_key(c): c.get("auroc_ci") for c in summary["evaluation"]["cells"]}
+    # the AUROC and its interval of one evaluation (the saved test predictions): a results row's own AUROC can be
+    # another statistic (ExpM+NF's: the median over posterior draws, beside an interval of the one release saved)
+    cells = {_key(c): c for c in summary["evaluation"]["cells"]}
     level = round(100 * summary["evaluation"]["confidence"])
     head = ["label", "model", "method", "epsilon", f"AUROC [{level} % interval]", "guarantee"]
     rows = []
@@ -304,8 +306,8 @@ def console_table(summary: dict) -> str:
         method = METHOD_NAMES.get(r["method"], r["method"]) + f" ({r['loss']})"
         epsilon = ("-" if r["method"] == "non_private" else f"eps~ {r['target_epsilon']:g}"
                    if r["method"] == "expm_nf" else _cell(r.get("epsilon_prv")))
-        low_high = intervals.get(_key(r))
-        median = r.get("auroc_median")
+        cell = cells.get(_key(r), {})
+        low_high, median = cell.get("auroc_ci"), cell.get("auroc_median", r.get("auroc_median"))
         auroc = "n/a" if median is None or median != median else f"{median:.3f}" + (
             f" [{low_high[0]:.3f}, {low_high[1]:.3f}]" if low_high else "")
         guarantee = str(r.get("guarantee") or "")

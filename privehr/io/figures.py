@@ -150,10 +150,11 @@ def _continuous_panel(ax, real: pd.Series, synthetic: dict[str, pd.DataFrame], c
     for i, (name, x) in enumerate(values.items()):
         if not len(x):
             continue
+        density, _ = np.histogram(x, bins=bins, density=True)  # one artist per histogram (ax.hist: one per bar)
         if name == "real":
-            ax.hist(x, bins=bins, density=True, color="0.6", alpha=0.6, label=name)
+            ax.stairs(density, bins, fill=True, color="0.6", alpha=0.6, label=name)
         else:
-            ax.hist(x, bins=bins, density=True, histtype="step", linewidth=1.2, color=f"C{i - 1}", label=name)
+            ax.stairs(density, bins, linewidth=1.2, color=f"C{i - 1}", label=name)
     ax.set_ylabel("density", fontsize=6)
 
 

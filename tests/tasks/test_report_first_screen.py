@@ -48,11 +48,16 @@ def _summary(bundle: str | None) -> dict:
              "auroc_median": 0.8, "epsilon_prv": None, "guarantee": "not DP (non-private)"},
             {"label": "mort_icu", "model": "grud", "method": "expm_nf", "loss": "bce", "target_epsilon": 2.0,
              "auroc_median": None, "epsilon_prv": None,
+             "guarantee": "not DP (ExpM+NF: eps~ is a training parameter, no guarantee is proven)"},
+            {"label": "mort_icu", "model": "grud", "method": "expm_nf", "loss": "bce", "target_epsilon": 0.1,
+             "auroc_median": 0.5, "epsilon_prv": None,  # the median over posterior draws: another statistic
              "guarantee": "not DP (ExpM+NF: eps~ is a training parameter, no guarantee is proven)"}]
     cells = [{"label": "mort_icu", "model": "grud", "method": "dp_sgd", "loss": "bce", "target_epsilon": 1.0,
-              "auroc_ci": [0.61, 0.79]},
+              "auroc_median": 0.7312, "auroc_ci": [0.61, 0.79]},
              {"label": "mort_icu", "model": "grud", "method": "non_private", "loss": "bce", "target_epsilon": None,
-              "auroc_ci": [0.7, 0.88]}]
+              "auroc_median": 0.8, "auroc_ci": [0.7, 0.88]},
+             {"label": "mort_icu", "model": "grud", "method": "expm_nf", "loss": "bce", "target_epsilon": 0.1,
+              "auroc_median": 0.6012, "auroc_ci": [0.51, 0.68]}]
     return {"results": rows, "evaluation": {"cells": cells, "confidence": 0.95},
             "release": {"path": bundle} if bundle else None}
 
@@ -65,6 +70,9 @@ def test_the_console_ends_on_a_short_table_and_the_next_commands():
     assert "DP-SGD (bce)" in dp and "0.98" in dp and "0.731 [0.610, 0.790]" in dp and dp.endswith("DP")
     assert "non-private (bce)" in exact and "0.800 [0.700, 0.880]" in exact and " - " in exact
     assert "eps~ 2" in expm and "n/a" in expm and expm.endswith("not DP (ExpM+NF)")  # no AUROC: said, not blank
+    # the AUROC beside an interval is the one the interval is of (a 600-stay run printed 0.500 [0.511, 0.685]: the
+    # row's median over ExpM+NF's posterior draws beside the interval of the one release its predictions hold)
+    assert "0.601 [0.510, 0.680]" in lines[4]
     assert all(len(line) < 130 for line in lines[:4])  # the fifteen columns of results.csv stay in the file
     commands = [line.split()[:3] for line in lines[lines.index("next:") + 1:]]
     assert commands == [["privehr", "release", "show"], ["privehr", "predict", "artifacts/run-1/release"],
