@@ -183,9 +183,31 @@ MEDS_SCHEMA = {"subject_id": "int64", "prediction_time": "timestamp[us]", "boole
 
 
 @contextmanager
+def _undone_on_failure(directory: Path):
+    """Make ``directory`` (and its missing parents, owner-only); if the block fails, remove again those this call
+    made, innermost first, each only while empty: a directory that was there before is never touched."""
+    made = []
+    for folder in (directory, *directory.parents):
+        if folder.exists():
+            break
+        made.append(folder)
+    with private_umask():
+        directory.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (or gone): what is in it is not this command's to delete
+                break
+        raise
+
+
+@contextmanager
 def _csv_sink(path: Path, stamp: dict):
     """A ``write(table)`` appending a chunk's rows (every stay, scored or not) to one CSV."""
-    with private_file(path) as tmp, open(tmp, "w", newline="") as fh:
+    with _undone_on_failure(path.parent), private_file(path) as tmp, open(tmp, "w", newline="") as fh:
         first = [True]
 
         def write(table: pd.DataFrame) -> None:
@@ -207,9 +229,7 @@ def _meds_sink(directory: Path, stamp: dict, labels: dict[str, str], window_hour
 
     schema = pa.schema([(name, pa.type_for_alias(kind)) for name, kind in MEDS_SCHEMA.items()],
                        metadata={f"privehr_{k}": str(v) for k, v in stamp.items()})
-    with private_umask():
-        directory.mkdir(parents=True, exist_ok=True)
-    with ExitStack() as stack:
+    with _undone_on_failure(directory), ExitStack() as stack:  # an error mid-way leaves no empty --out behind
         paths = {cell: stack.enter_context(private_file(directory / f"{cell}.parquet")) for cell in labels}
         reasons = stack.enter_context(open(stack.enter_context(private_file(directory / "not_scored.csv")), "w",
                                            newline=""))
@@ -299,8 +319,10 @@ def _stays(patients: pd.DataFrame, path: Path, window_hours: int, gap_hours: int
             raise InputError(f"'patients' in {path} lacks intime, which --format meds needs for each prediction's "
                              "time; MIMIC-Extract writes it (or write --format csv)")
         raw = ids["intime"]
-        intime = raw if pd.api.types.is_datetime64_any_dtype(raw) else pd.to_datetime(
-            raw.astype(str), errors="coerce", format="ISO8601")  # times written as text: ISO 8601, else refused
+        if pd.api.types.is_datetime64_any_dtype(raw):
+            intime = raw.dt.tz_convert("UTC").dt.tz_localize(None) if raw.dt.tz is not None else raw
+        else:  # times written as text: ISO 8601, else refused; one with an offset is read as UTC, one without as is
+            intime = pd.to_datetime(raw.astype(str), errors="coerce", format="ISO8601", utc=True).dt.tz_localize(None)
         bad = np.flatnonzero(intime.isna().to_numpy() & stays["reason"].isna().to_numpy())
         if bad.size:
             raise InputError(f"'patients' in {path}: intime of row(s) {', '.join(map(str, bad[:5] + 1))}"
