@@ -27,6 +27,7 @@ from privehr.io.permissions import private_file, private_umask
 from privehr.io.release_bundle import MANIFEST, Bundle, calibration_text, read_bundle
 from privehr.models.classifiers import build_classifier, classifier_inputs
 from privehr.models.classifiers.training import predict_proba
+from privehr.models.data.cohort import stay_labels
 from privehr.models.data.hourly_features import HourlyFeaturizer
 from privehr.models.data.quarantine import mask_outside
 
@@ -329,16 +330,9 @@ def _stays(patients: pd.DataFrame, path: Path, window_hours: int, gap_hours: int
                              f"{' ...' if bad.size > 5 else ''} ({bad.size} in all) is missing or not a time; "
                              "--format meds needs it for each prediction's time")
         stays["_intime"] = intime.to_numpy()
-        for label, column, rule in LABEL_SOURCES:
-            if column in ids.columns:
-                values = pd.to_numeric(ids[column], errors="coerce").to_numpy(dtype=float)
-                stays[f"_{label}"] = np.where(np.isnan(values), np.nan, rule(values).astype(float))
+        for label, values in stay_labels(ids).items():  # the cohort's definitions; nan where a stay has none
+            stays[f"_{label}"] = values
     return stays
-
-
-# where a file's patients table holds a stay's label (the cohort's definitions, models/data/cohort.py)
-LABEL_SOURCES = [("mort_icu", "mort_icu", lambda v: v > 0), ("mort_hosp", "mort_hosp", lambda v: v > 0),
-                 ("los_3", "los_icu", lambda v: v > 3), ("los_7", "los_icu", lambda v: v > 7)]
 
 
 score_stays_task = task(score_stays, name="score-stays")  # the privehr-score flow's one task

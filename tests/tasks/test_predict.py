@@ -296,3 +296,30 @@ def test_an_input_error_while_scoring_leaves_no_directory_it_made_and_keeps_one_
     assert not (tmp_path / "new").exists()
     assert sorted(p.name for p in existing.iterdir()) == ["notes.txt"]
     assert (existing / "notes.txt").read_text() == "kept\n"
+
+
+def test_format_meds_labels_follow_the_cohort_rules_no_label_where_the_cohort_has_none(setup, tmp_path, capsys):
+    """boolean_value is the cohort's label (models/data/cohort.py): a death flag that is neither 0 nor 1, or a
+    missing length of stay, is no label (the cohort leaves such a stay out), not a guess."""
+    import pyarrow.parquet as pq
+
+    assert main(["predict", str(setup["bundle"]), "--data", str(setup["data"]), "--out", str(tmp_path / "r.csv"),
+                 "--json"]) == 0
+    capsys.readouterr()
+    csv = pd.read_csv(tmp_path / "r.csv")
+    first, second = np.flatnonzero(csv["reason"].isna().to_numpy())[:2]  # two scored stays, by row
+
+    def edit(p):
+        p = p.copy()
+        p.iloc[first, p.columns.get_loc("mort_icu")] = 2
+        p.iloc[second, p.columns.get_loc("los_icu")] = np.nan
+        return p
+
+    data = _variant(setup, "odd-labels", edit)
+    assert main(["predict", str(setup["bundle"]), "--data", data, "--out", str(tmp_path / "meds"), "--format", "meds",
+                 "--json"]) == 0
+    capsys.readouterr()
+    rows = {label: pq.read_table(tmp_path / "meds" / f"{cell}.parquet").column("boolean_value").to_pylist()
+            for label, cell in small_bundle.CELLS.items()}
+    assert rows["mort_icu"][0] is None and rows["mort_icu"][1] is not None
+    assert rows["los_3"][1] is None and rows["los_3"][0] is not None
