@@ -58,7 +58,8 @@ _STYLE = ("<style>" + _MARK + " table{border-collapse:collapse;margin:.5em 0}"
 
 def make_offline(site: str | Path) -> int:
     """Rewrite every page of the Data Docs site ``site`` (the folder of ``index.html``) to work offline and load
-    nothing from another host; return the number of pages rewritten (a page already rewritten is left alone)."""
+    nothing from another host; return the number of pages rewritten (a page already rewritten is left alone, but
+    for a CSS url of another host an older privehr left in it, which is neutralised too)."""
     site = Path(site)
     done = 0
     for page in sorted(site.rglob("*.html")):
