@@ -27,6 +27,7 @@ from privehr.io.permissions import private_file, private_umask
 from privehr.io.release_bundle import MANIFEST, Bundle, calibration_text, read_bundle
 from privehr.models.classifiers import build_classifier, classifier_inputs
 from privehr.models.classifiers.training import predict_proba
+from privehr.models.data.cohort import stay_labels
 from privehr.models.data.hourly_features import HourlyFeaturizer
 from privehr.models.data.quarantine import mask_outside
 
@@ -183,9 +184,31 @@ MEDS_SCHEMA = {"subject_id": "int64", "prediction_time": "timestamp[us]", "boole
 
 
 @contextmanager
+def _undone_on_failure(directory: Path):
+    """Make ``directory`` (and its missing parents, owner-only); if the block fails, remove again those this call
+    made, innermost first, each only while empty: a directory that was there before is never touched."""
+    made = []
+    for folder in (directory, *directory.parents):
+        if folder.exists():
+            break
+        made.append(folder)
+    with private_umask():
+        directory.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (or gone): what is in it is not this command's to delete
+                break
+        raise
+
+
+@contextmanager
 def _csv_sink(path: Path, stamp: dict):
     """A ``write(table)`` appending a chunk's rows (every stay, scored or not) to one CSV."""
-    with private_file(path) as tmp, open(tmp, "w", newline="") as fh:
+    with _undone_on_failure(path.parent), private_file(path) as tmp, open(tmp, "w", newline="") as fh:
         first = [True]
 
         def write(table: pd.DataFrame) -> None:
@@ -207,9 +230,7 @@ def _meds_sink(directory: Path, stamp: dict, labels: dict[str, str], window_hour
 
     schema = pa.schema([(name, pa.type_for_alias(kind)) for name, kind in MEDS_SCHEMA.items()],
                        metadata={f"privehr_{k}": str(v) for k, v in stamp.items()})
-    with private_umask():
-        directory.mkdir(parents=True, exist_ok=True)
-    with ExitStack() as stack:
+    with _undone_on_failure(directory), ExitStack() as stack:  # an error mid-way leaves no empty --out behind
         paths = {cell: stack.enter_context(private_file(directory / f"{cell}.parquet")) for cell in labels}
         reasons = stack.enter_context(open(stack.enter_context(private_file(directory / "not_scored.csv")), "w",
                                            newline=""))
@@ -299,24 +320,19 @@ def _stays(patients: pd.DataFrame, path: Path, window_hours: int, gap_hours: int
             raise InputError(f"'patients' in {path} lacks intime, which --format meds needs for each prediction's "
                              "time; MIMIC-Extract writes it (or write --format csv)")
         raw = ids["intime"]
-        intime = raw if pd.api.types.is_datetime64_any_dtype(raw) else pd.to_datetime(
-            raw.astype(str), errors="coerce", format="ISO8601")  # times written as text: ISO 8601, else refused
+        if pd.api.types.is_datetime64_any_dtype(raw):
+            intime = raw.dt.tz_convert("UTC").dt.tz_localize(None) if raw.dt.tz is not None else raw
+        else:  # times written as text: ISO 8601, else refused; one with an offset is read as UTC, one without as is
+            intime = pd.to_datetime(raw.astype(str), errors="coerce", format="ISO8601", utc=True).dt.tz_localize(None)
         bad = np.flatnonzero(intime.isna().to_numpy() & stays["reason"].isna().to_numpy())
         if bad.size:
             raise InputError(f"'patients' in {path}: intime of row(s) {', '.join(map(str, bad[:5] + 1))}"
                              f"{' ...' if bad.size > 5 else ''} ({bad.size} in all) is missing or not a time; "
                              "--format meds needs it for each prediction's time")
         stays["_intime"] = intime.to_numpy()
-        for label, column, rule in LABEL_SOURCES:
-            if column in ids.columns:
-                values = pd.to_numeric(ids[column], errors="coerce").to_numpy(dtype=float)
-                stays[f"_{label}"] = np.where(np.isnan(values), np.nan, rule(values).astype(float))
+        for label, values in stay_labels(ids).items():  # the cohort's definitions; nan where a stay has none
+            stays[f"_{label}"] = values
     return stays
-
-
-# where a file's patients table holds a stay's label (the cohort's definitions, models/data/cohort.py)
-LABEL_SOURCES = [("mort_icu", "mort_icu", lambda v: v > 0), ("mort_hosp", "mort_hosp", lambda v: v > 0),
-                 ("los_3", "los_icu", lambda v: v > 3), ("los_7", "los_icu", lambda v: v > 7)]
 
 
 score_stays_task = task(score_stays, name="score-stays")  # the privehr-score flow's one task

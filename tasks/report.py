@@ -276,7 +276,10 @@ def _task_and_source(run_dir: Path, runs: list[dict], data: DataConfig, cohort: 
     patients' records) and what the run trained. File names and counts only."""
     labels = list(dict.fromkeys(r["label"] for r in runs))
     task_text = " and ".join(f"{LABEL_DEFINITIONS.get(label, label)} ({label})" for label in labels) or "no label"
-    source = extract_source(data.hdf5_path) if Path(data.hdf5_path).is_file() else None
+    try:  # the banner says what it cannot tell; a file gone or unreadable since the run never fails the report
+        source = extract_source(data.hdf5_path) if Path(data.hdf5_path).is_file() else None
+    except (OSError, RuntimeError, ValueError, KeyError):  # h5py: OSError for a file it cannot open or read
+        source = None
     if source is None:
         banner = f"> **Data:** `{data.hdf5_path}` is no longer readable; the report cannot say where it came from."
     elif source["simulated"]:

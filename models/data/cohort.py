@@ -20,11 +20,30 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-__all__ = ["Cohort", "select_cohort", "ID_COLUMNS", "LABELS", "DEMOGRAPHICS"]
+__all__ = ["Cohort", "select_cohort", "stay_labels", "ID_COLUMNS", "LABELS", "LABEL_RULES", "DEMOGRAPHICS"]
 
 ID_COLUMNS = ["subject_id", "hadm_id", "icustay_id"]
 LABELS = ["mort_hosp", "mort_icu", "los_3", "los_7"]
+# each label: the ``patients`` column it is read from and its rule on that column's numbers (the one definition:
+# the cohort's labels and ``privehr predict``'s outcomes in MEDS files both come from here)
+LABEL_RULES = {"mort_hosp": ("mort_hosp", lambda v: v == 1), "mort_icu": ("mort_icu", lambda v: v == 1),
+               "los_3": ("los_icu", lambda v: v > 3), "los_7": ("los_icu", lambda v: v > 7)}
+FLAG_COLUMNS = ("mort_hosp", "mort_icu")  # 0 or 1; another value is no label (the cohort excludes such a stay)
 DEMOGRAPHICS = ["gender", "age", "ethnicity"]
+
+
+def stay_labels(table: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Each label whose column ``table`` (a ``patients`` table, index reset) holds, per stay: 1.0, 0.0, or nan
+    where the column's value is missing, not a number, or (a death flag) neither 0 nor 1."""
+    labels = {}
+    for label, (column, rule) in LABEL_RULES.items():
+        if column not in table:
+            continue
+        values = pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=float)
+        known = ~np.isnan(values) & (np.isin(values, (0, 1)) if column in FLAG_COLUMNS else True)
+        with np.errstate(invalid="ignore"):
+            labels[label] = np.where(known, rule(values), np.nan)
+    return labels
 
 
 @dataclass
@@ -73,12 +92,10 @@ def select_cohort(patients: pd.DataFrame, window_hours: int = 24, gap_hours: int
     keep &= ~short
 
     stays = table[keep].copy()
-    stays["mort_icu"] = mort[keep].astype(np.int64)
-    stays["mort_hosp"] = mort_hosp[keep].astype(np.int64)
     stays["los_icu"] = los[keep].astype(float)
     stays["max_hours"] = hours[keep].astype(np.int64)
-    stays["los_3"] = (stays["los_icu"] > 3).astype(np.int64)
-    stays["los_7"] = (stays["los_icu"] > 7).astype(np.int64)
+    for label, values in stay_labels(stays).items():  # every one known: missing and non-binary stays left out
+        stays[label] = values.astype(np.int64)
     for col in ("gender", "ethnicity"):
         if col in stays:
             stays[col] = stays[col].astype(object).where(stays[col].notna(), "").astype(str)

@@ -9,6 +9,11 @@ every page view tells a third party which data context looked at its Data Docs.
 the links the script would have made), every script and every stylesheet or image from another host is
 removed, the logo is GX's own copy under the site's ``static/`` (which :func:`share_static_assets` then relinks),
 and a few lines of local style keep tables readable. Links a reader clicks (GX's documentation) stay.
+
+GX's inline style also fetches a logo from its S3 bucket in dark mode (``url(https://...)`` under
+``prefers-color-scheme: dark``): every CSS ``url(...)`` and ``@import`` of another host, in ``<style>`` blocks,
+``style=`` attributes and the site's ``.css`` files, is neutralised (``none``; the import dropped), and the local
+logo GX hides in dark mode is shown instead.
 """
 
 from __future__ import annotations
@@ -21,39 +26,74 @@ from pathlib import Path
 
 __all__ = ["make_offline", "EXTERNAL_RESOURCE"]
 
-# a script, stylesheet or image fetched from another host (what a page loads by itself, without a click)
-EXTERNAL_RESOURCE = re.compile(r"""<(?:script|link|img)\b[^>]*?\b(?:src|href)\s*=\s*["']?(?:https?:)?//""",
-                               re.IGNORECASE)
+# a URL of another host: an http(s) scheme (from a file:// page a browser reads "https:host" and "https:\\host" as
+# https://host too), or scheme-relative ("//host", "\\host"); blanks before it are ignored, by browsers as here
+_EXTERNAL = r"""\s*(?:https?:|[/\\]{2})"""
+# a quote that may open a CSS url: " or ', or their entities inside a style="..." attribute
+_QUOTE = r"""(?:["']|&quot;|&\#0*39;|&\#x0*27;|&apos;)"""
+_CSS_URL = rf"""url\(\s*{_QUOTE}?{_EXTERNAL}"""
+_CSS_IMPORT = rf"""@import\s+(?:url\(\s*)?{_QUOTE}?{_EXTERNAL}"""
+# a script, stylesheet or image fetched from another host, or a CSS url() or @import of one (what a page loads by
+# itself, without a click); a CSS url in a page's text is matched too (better a false alarm than a missed request)
+EXTERNAL_RESOURCE = re.compile(rf"""<(?:script|link|img)\b[^>]*?\b(?:src|srcset|href)\s*=\s*["']?{_EXTERNAL}"""
+                               rf"""|{_CSS_URL}|{_CSS_IMPORT}""", re.IGNORECASE)
 _SCRIPT = re.compile(r"<script\b.*?</script>", re.IGNORECASE | re.DOTALL)
-_EXTERNAL_LINK = re.compile(r"""<link\b[^>]*?\bhref\s*=\s*["']?(?:https?:)?//[^>]*>""", re.IGNORECASE)
-_EXTERNAL_IMG = re.compile(r"""<img\b[^>]*?\bsrc\s*=\s*["']?(?:https?:)?//[^>]*>""", re.IGNORECASE)
+_EXTERNAL_LINK = re.compile(rf"""<link\b[^>]*?\bhref\s*=\s*["']?{_EXTERNAL}[^>]*>""", re.IGNORECASE)
+_EXTERNAL_IMG = re.compile(rf"""<img\b[^>]*?\b(?:src|srcset)\s*=\s*["']?{_EXTERNAL}[^>]*>""", re.IGNORECASE)
+# in CSS: an @import of another host (the whole rule) and a url() of another host (up to its first ")")
+_CSS_EXTERNAL_IMPORT = re.compile(rf"""{_CSS_IMPORT}[^;]*;?""", re.IGNORECASE)
+_CSS_EXTERNAL_URL = re.compile(rf"""{_CSS_URL}[^)]*\)""", re.IGNORECASE)
+_STYLE_BLOCK = re.compile(r"(<style\b[^>]*>)(.*?)(</style>)", re.IGNORECASE | re.DOTALL)
+_STYLE_ATTR = re.compile(r"""(\bstyle\s*=\s*)("[^"]*"|'[^']*')""", re.IGNORECASE)
 _EMPTY_TABLE = re.compile(r"""<table\s+id="(?P<id>[^"]+)"(?P<attrs>[^>]*)data-toggle="table"\s*>\s*</table>""")
 _TABLE_DATA = r"""\$\('#{id}'\)\.bootstrapTable\(\s*Object\.assign\(\s*\{{\s*columns:\s*(?P<columns>\[.*?\]),\s*""" \
               r"""data:\s*(?P<data>\[.*?\]),\s*toolbar:"""
 _MARK = "/* privehr: Data Docs offline */"
 _STYLE = ("<style>" + _MARK + " table{border-collapse:collapse;margin:.5em 0}"
           "td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}.invisible{display:none}"
-          ".cooltip .top{display:none}</style>")
+          ".cooltip .top{display:none}"
+          # GX hides its local logo in dark mode to show one from S3 as a background; that background is gone
+          "@media (prefers-color-scheme: dark){.navbar-brand a img{visibility:visible;background:#fff}}</style>")
 
 
 def make_offline(site: str | Path) -> int:
     """Rewrite every page of the Data Docs site ``site`` (the folder of ``index.html``) to work offline and load
-    nothing from another host; return the number of pages rewritten (a page already rewritten is left alone)."""
+    nothing from another host; return the number of pages rewritten (a page already rewritten is left alone, but
+    for a CSS url of another host an older privehr left in it, which is neutralised too)."""
     site = Path(site)
     done = 0
     for page in sorted(site.rglob("*.html")):
         text = page.read_text(encoding="utf-8")
-        if _MARK in text:  # rewritten by an earlier validation into the same site
+        if _MARK in text:  # rewritten by an earlier validation into the same site (its CSS perhaps by an older privehr)
+            if _local_page_css(text) != text:
+                page.write_text(_local_page_css(text), encoding="utf-8")
             continue
         text = _EMPTY_TABLE.sub(lambda m, text=text: _static_table(m, text), text)
         text = _SCRIPT.sub("", text)
         text = _EXTERNAL_LINK.sub("", text)
         logo = os.path.relpath(site / "static" / "images" / "logo-long.png", page.parent)
         text = _EXTERNAL_IMG.sub(f'<img src="{logo}" alt="Great Expectations" style="width:auto;height:50px"/>', text)
-        text = text.replace("</head>", _STYLE + "</head>", 1)
+        text = _local_page_css(text).replace("</head>", _STYLE + "</head>", 1)
         page.write_text(text, encoding="utf-8")
         done += 1
+    for sheet in sorted(site.rglob("*.css")):  # not linked by GX's pages (their style is inline), but kept local too
+        text = sheet.read_text(encoding="utf-8")
+        if _local_css(text) != text:
+            sheet.write_text(_local_css(text), encoding="utf-8")
     return done
+
+
+def _local_page_css(page: str) -> str:
+    """The HTML ``page`` with :func:`_local_css` applied to its ``<style>`` blocks and ``style=`` attributes."""
+    page = _STYLE_BLOCK.sub(lambda m: m[1] + _local_css(m[2]) + m[3], page)
+    return _STYLE_ATTR.sub(lambda m: m[1] + _local_css(m[2]), page)
+
+
+def _local_css(css: str) -> str:
+    """``css`` with every ``@import`` of another host dropped and every ``url(...)`` of another host made ``none``
+    (a valid value wherever CSS takes an image: ``background: none 0 0 no-repeat`` draws nothing)."""
+    css = _CSS_EXTERNAL_IMPORT.sub("", css)
+    return _CSS_EXTERNAL_URL.sub("none", css)
 
 
 def _static_table(match: re.Match, page: str) -> str:

@@ -180,10 +180,16 @@ def test_streamed_scoring_writes_what_one_chunk_writes(setup, tmp_path):
     pd.testing.assert_frame_equal(one, many)
 
 
-def test_format_meds_writes_the_meds_prediction_schema_per_model(setup, tmp_path, capsys):
-    import pyarrow.parquet as pq
+# MEDS's prediction schema as meds-evaluation's PredictionSchema states it, written out here rather than read from
+# the code under test: (type, nullable) per column; the two keys are never null in what privehr writes
+MEDS_PREDICTION = {"subject_id": ("int64", False), "prediction_time": ("timestamp[us]", False),
+                   "boolean_value": ("bool", True), "predicted_boolean_value": ("bool", True),
+                   "predicted_boolean_probability": ("float", True)}  # pyarrow's name for float32
 
-    from privehr.tasks.predict import MEDS_SCHEMA
+
+def test_format_meds_writes_the_meds_prediction_schema_per_model(setup, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     assert main(["predict", str(setup["bundle"]), "--data", str(setup["data"]), "--out", str(tmp_path / "r.csv"),
                  "--json"]) == 0
@@ -202,9 +208,13 @@ def test_format_meds_writes_the_meds_prediction_schema_per_model(setup, tmp_path
     manifest = hashlib.sha256((setup["bundle"] / "manifest.json").read_bytes()).hexdigest()
     for label, cell in small_bundle.CELLS.items():
         table = pq.read_table(out / f"{cell}.parquet")
-        assert {f.name: str(f.type) for f in table.schema} == {
-            k: {"timestamp[us]": "timestamp[us]", "float32": "float", "bool": "bool"}.get(v, v)
-            for k, v in MEDS_SCHEMA.items()}
+        assert [f.name for f in table.schema] == list(MEDS_PREDICTION)
+        assert {f.name: str(f.type) for f in table.schema} == {k: t for k, (t, _) in MEDS_PREDICTION.items()}
+        assert table.schema.field("predicted_boolean_probability").type == pa.float32()
+        assert table.schema.field("prediction_time").type == pa.timestamp("us")  # no time zone
+        for name, (_, nullable) in MEDS_PREDICTION.items():
+            assert table.schema.field(name).nullable or not nullable, name  # may hold no value where MEDS allows
+            assert nullable or table.column(name).null_count == 0, name
         assert table.schema.metadata[b"privehr_bundle_sha256"].decode() == manifest
         rows = table.to_pandas()
         assert len(rows) == len(scored) == summary["scored"]
@@ -271,3 +281,78 @@ def test_the_summary_prints_the_cards_calibration_or_says_the_card_has_none(setu
     human = capsys.readouterr().out
     assert all(f"  {cell}: not on its card (the bundle was made before calibration was released)" in human
                for cell in small_bundle.CELLS.values())
+
+
+@pytest.mark.parametrize("form", ["aware_datetimes", "iso_text_with_offsets", "naive_iso_text"])
+def test_format_meds_reads_intime_with_a_time_zone_as_utc_and_without_one_as_it_is(setup, tmp_path, capsys, form):
+    """The simulated intimes are naive; taken as UTC and written in New York's zone (its offset changes with daylight
+    saving), as aware datetimes or as ISO text with the offset, they give the same prediction times in UTC, without
+    a zone; naive text gives them unchanged."""
+    import pyarrow.parquet as pq
+
+    utc = lambda s: s.dt.tz_localize("UTC").dt.tz_convert("America/New_York")  # noqa: E731
+    edit = {"aware_datetimes": utc,
+            "iso_text_with_offsets": lambda s: utc(s).map(lambda t: t.isoformat()),
+            "naive_iso_text": lambda s: s.dt.strftime("%Y-%m-%dT%H:%M:%S")}[form]
+    data = _variant(setup, f"intime-{form}", lambda p: p.assign(intime=edit(p["intime"])))
+    if form == "iso_text_with_offsets":
+        assert pd.read_hdf(data, "patients")["intime"].str[-6:].nunique() == 2  # -05:00 and -04:00
+    times = {}
+    for name, path in (("as_simulated", str(setup["data"])), (form, data)):
+        assert main(["predict", str(setup["bundle"]), "--data", path, "--out", str(tmp_path / name), "--format",
+                     "meds", "--json"]) == 0, capsys.readouterr().err
+        capsys.readouterr()
+        cell = next(iter(small_bundle.CELLS.values()))
+        times[name] = pq.read_table(tmp_path / name / f"{cell}.parquet").column("prediction_time").to_pylist()
+    assert times[form] == times["as_simulated"] and len(times[form]) > 5
+    assert all(t.tzinfo is None for t in times[form])
+
+
+@pytest.mark.parametrize("out_format", ["meds", "csv"])
+def test_an_input_error_while_scoring_leaves_no_directory_it_made_and_keeps_one_that_was_there(
+        setup, tmp_path, capsys, out_format):
+    """The bundle's variables are checked against the file's as its stays are read, after --out is made: a file
+    with a fourth variable fails there, and the directories this command made for --out are gone again."""
+    other = setup["tmp"] / "four-variables.h5"
+    if not other.exists():
+        write_extract(simulate_extract(mimic_extract_variables().head(4), STAYS, seed=3), other)
+    name = "meds" if out_format == "meds" else "risks.csv"
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("kept\n")
+    for out in (tmp_path / "new" / "deeper" / name, existing / name, *([existing] if out_format == "meds" else [])):
+        assert main(["predict", str(setup["bundle"]), "--data", str(other), "--out", str(out), "--format",
+                     out_format]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "Traceback" not in err and "has 4 hourly variables" in err, err
+        assert out == existing or not out.exists()
+    assert not (tmp_path / "new").exists()
+    assert sorted(p.name for p in existing.iterdir()) == ["notes.txt"]
+    assert (existing / "notes.txt").read_text() == "kept\n"
+
+
+def test_format_meds_labels_follow_the_cohort_rules_no_label_where_the_cohort_has_none(setup, tmp_path, capsys):
+    """boolean_value is the cohort's label (models/data/cohort.py): a death flag that is neither 0 nor 1, or a
+    missing length of stay, is no label (the cohort leaves such a stay out), not a guess."""
+    import pyarrow.parquet as pq
+
+    assert main(["predict", str(setup["bundle"]), "--data", str(setup["data"]), "--out", str(tmp_path / "r.csv"),
+                 "--json"]) == 0
+    capsys.readouterr()
+    csv = pd.read_csv(tmp_path / "r.csv")
+    first, second = np.flatnonzero(csv["reason"].isna().to_numpy())[:2]  # two scored stays, by row
+
+    def edit(p):
+        p = p.copy()
+        p.iloc[first, p.columns.get_loc("mort_icu")] = 2
+        p.iloc[second, p.columns.get_loc("los_icu")] = np.nan
+        return p
+
+    data = _variant(setup, "odd-labels", edit)
+    assert main(["predict", str(setup["bundle"]), "--data", data, "--out", str(tmp_path / "meds"), "--format", "meds",
+                 "--json"]) == 0
+    capsys.readouterr()
+    rows = {label: pq.read_table(tmp_path / "meds" / f"{cell}.parquet").column("boolean_value").to_pylist()
+            for label, cell in small_bundle.CELLS.items()}
+    assert rows["mort_icu"][0] is None and rows["mort_icu"][1] is not None
+    assert rows["los_3"][1] is None and rows["los_3"][0] is not None

@@ -7,6 +7,7 @@ import math
 
 import matplotlib.pyplot as plt
 import pandas as pd
+import pytest
 
 from privehr.core.config import DataConfig
 from privehr.io.demo_data import write_demo_mimic
@@ -39,6 +40,18 @@ def test_a_file_the_simulator_did_not_write_is_called_patients_records(tmp_path)
         del h5.attrs[SIMULATED_ATTR]
     text = _task_and_source(tmp_path / "run-1", RUNS, DataConfig(hdf5_path=tmp_path / "real.h5"), {"stays": 17})
     assert "> **Patients' records.**" in text and "Simulated" not in text
+
+
+@pytest.mark.parametrize("damage", ["gone", "not_hdf5", "truncated"])
+def test_a_data_file_gone_or_unreadable_since_the_run_gets_the_cannot_say_banner(tmp_path, damage):
+    path = tmp_path / "data.h5"
+    if damage != "gone":
+        write_demo_mimic(path, n_stays=20, seed=1)
+        raw = path.read_bytes()
+        path.write_bytes(b"not HDF5 at all\n" if damage == "not_hdf5" else raw[:len(raw) // 3])
+    text = _task_and_source(tmp_path / "run-1", RUNS, DataConfig(hdf5_path=path), {"stays": 17})
+    banner = text.strip().split("\n\n")[1]
+    assert banner == f"> **Data:** `{path}` is no longer readable; the report cannot say where it came from."
 
 
 def _summary(bundle: str | None) -> dict:

@@ -28,3 +28,14 @@ def test_rule_labels_and_exclusions_are_counted():
     assert cohort.exclusions == {"duplicate_stays": 2, "missing_labels": 1, "non_binary_labels": 1,
                                  "max_hours_le_30": 1}
     assert len(cohort.stays) + sum(cohort.exclusions.values()) == len(patients)
+
+
+def test_stay_labels_are_the_cohort_rules_with_no_label_where_a_value_is_missing_or_not_binary():
+    from privehr.models.data.cohort import stay_labels
+
+    table = pd.DataFrame({"mort_icu": [0, 1, 2, np.nan, "x"], "los_icu": [2.9, 3.0, 3.1, 7.5, np.nan]})
+    labels = stay_labels(table)
+    assert sorted(labels) == ["los_3", "los_7", "mort_icu"]  # mort_hosp: no column, no label
+    np.testing.assert_array_equal(labels["mort_icu"], [0, 1, np.nan, np.nan, np.nan])
+    np.testing.assert_array_equal(labels["los_3"], [0, 0, 1, 1, np.nan])  # more than 3 days
+    np.testing.assert_array_equal(labels["los_7"], [0, 0, 0, 1, np.nan])
