@@ -20,4 +20,5 @@ __all__ = ["score"]
 @private_run  # umask 077: the risks are patient-level
 def score(config: ScoringConfig) -> dict:
     """Score ``config.data`` with ``config.bundle``; return the counts and where the risks are."""
-    return score_stays_task(config.bundle, config.data, config.out, config.models, config.chunk_rows)
+    return score_stays_task(config.bundle, config.data, config.out, config.models, config.chunk_rows,
+                            out_format=config.format, recalibrate=config.recalibrate)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import get_args
 
 from privehr.cli.common import emit
-from privehr.core.errors import InputError
+from privehr.core.config import ScoringConfig
+from privehr.core.errors import InputError, settings_error
 
 __all__ = ["add_release_parser", "add_predict_parser"]
 
@@ -42,13 +44,11 @@ def add_predict_parser(sub, common: argparse.ArgumentParser) -> None:
     predict.add_argument("--out", type=Path, required=True, help="CSV of risks, one row per stay (patient-level: "
                                                                  "keep it where the data may be)")
     predict.add_argument("--model", action="append", help="a bundled model's cell id (repeatable; default: all)")
-    predict.add_argument("--recalibrate", action="store_true",
-                         help="also each model's risks through the logistic recalibration its DP evaluation released "
-                              "(risk_recalibrated_<model>), where its DP calibration slope is informative")
-    predict.add_argument("--format", choices=("csv", "meds"), default="csv",
-                         help="csv: one file, a row per stay (default); meds: --out is a directory of Parquet files, "
-                              "one per model, in the MEDS prediction schema (meds-evaluation reads them), and "
-                              "not_scored.csv")
+    fields = ScoringConfig.model_fields  # the help and the defaults are the settings' own (one place)
+    predict.add_argument("--recalibrate", action="store_true", default=None,
+                         help=fields["recalibrate"].description)
+    predict.add_argument("--format", choices=get_args(fields["format"].annotation), default=None,
+                         help=f"{fields['format'].description} (default: {fields['format'].default})")
     predict.set_defaults(func=predict_command)
 
 
@@ -99,9 +99,15 @@ def predict_command(args) -> int:
     from privehr.tasks.predict import score_stays  # deferred for start-up time (torch)
 
     _existing(args.data, "--data")
-    summary = score_stays(args.bundle, args.data, args.out, args.model, out_format=args.format,
-                          recalibrate=args.recalibrate)
-    where = "their rows say" if args.format == "csv" else "not_scored.csv says"
+    given = {"format": args.format, "recalibrate": args.recalibrate}
+    try:
+        config = ScoringConfig(bundle=args.bundle, data=args.data, out=args.out, models=args.model,
+                               **{k: v for k, v in given.items() if v is not None})
+    except ValueError as err:
+        raise settings_error(err, "predict options") from None
+    summary = score_stays(config.bundle, config.data, config.out, config.models, config.chunk_rows,
+                          out_format=config.format, recalibrate=config.recalibrate)
+    where = "their rows say" if config.format == "csv" else "not_scored.csv says"
     short = f"; {summary['not_scored']} not scored ({where} why)" if summary["not_scored"] else ""
     calibration = [f"  {cell}: {text or 'not on its card (the bundle was made before calibration was released)'}"
                    for cell, text in summary["calibration"].items()]

@@ -356,3 +356,23 @@ def test_format_meds_labels_follow_the_cohort_rules_no_label_where_the_cohort_ha
             for label, cell in small_bundle.CELLS.items()}
     assert rows["mort_icu"][0] is None and rows["mort_icu"][1] is not None
     assert rows["los_3"][1] is None and rows["los_3"][0] is not None
+
+
+def test_predict_takes_its_settings_and_their_defaults_from_scoring_config(tmp_path, monkeypatch):
+    """The command line, the privehr-score flow and its deployment share ScoringConfig: one default per setting."""
+    import privehr.tasks.predict as predict
+    from privehr.core.config import ScoringConfig
+
+    seen = []
+    monkeypatch.setattr(predict, "score_stays", lambda *a, **k: seen.append((a, k)) or {
+        "scored": 0, "stays": 0, "in_cohort": 0, "not_scored": 0, "models": [], "out": str(a[2]), "guarantee": "",
+        "calibration": {}, "recalibrated": [], "not_recalibrated": {}})
+    data = tmp_path / "new.h5"
+    data.write_bytes(b"")
+    assert main(["predict", str(tmp_path / "bundle"), "--data", str(data), "--out", str(tmp_path / "r.csv")]) == 0
+    defaults = ScoringConfig(bundle=tmp_path, data=data, out=tmp_path / "r.csv")
+    assert seen[-1][1] == {"out_format": defaults.format, "recalibrate": defaults.recalibrate}
+    assert seen[-1][0][4] == defaults.chunk_rows
+    assert main(["predict", str(tmp_path / "bundle"), "--data", str(data), "--out", str(tmp_path / "m"),
+                 "--format", "meds", "--recalibrate"]) == 0
+    assert seen[-1][1] == {"out_format": "meds", "recalibrate": True}

@@ -63,6 +63,13 @@ class ScoringConfig(_Strict):
 
     bundle: Path = Field(..., description="a run's release/ folder, or a copy of it (verified before use)")
     data: Path = Field(..., description="the MIMIC-Extract file of the stays to score")
-    out: Path = Field(..., description="CSV of risks, one row per stay: patient-level, keep it where the data may be")
+    out: Path = Field(..., description="CSV of risks, one row per stay (or, for format meds, a directory): "
+                                       "patient-level, keep it where the data may be")
     models: list[str] | None = Field(None, description="bundled models' cell ids (default: all)")
     chunk_rows: int = Field(32768, ge=1, description="hourly rows read at a time")
+    format: Literal["csv", "meds"] = Field("csv", description="csv: one file, a row per stay; meds: out is a directory "
+                                           "of Parquet files, one per model, in the MEDS prediction schema "
+                                           "(meds-evaluation reads them), and not_scored.csv")
+    recalibrate: bool = Field(False, description="also each model's risks through the logistic recalibration its DP "
+                              "evaluation released (risk_recalibrated_<model>), where its DP calibration slope is "
+                              "informative")
