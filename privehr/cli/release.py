@@ -41,8 +41,7 @@ def add_predict_parser(sub, common: argparse.ArgumentParser) -> None:
                              "release bundle's models (the bundle alone: window, featurizer and weights)")
     predict.add_argument("bundle", type=Path, help="a run's release/ folder, or a copy of it")
     predict.add_argument("--data", type=Path, required=True, help="MIMIC-Extract file of the stays to score")
-    predict.add_argument("--out", type=Path, required=True, help="CSV of risks, one row per stay (patient-level: "
-                                                                 "keep it where the data may be)")
+    predict.add_argument("--out", type=Path, required=True, help=ScoringConfig.model_fields["out"].description)
     predict.add_argument("--model", action="append", help="a bundled model's cell id (repeatable; default: all)")
     fields = ScoringConfig.model_fields  # the help and the defaults are the settings' own (one place)
     predict.add_argument("--recalibrate", action="store_true", default=None,
