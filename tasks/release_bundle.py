@@ -78,9 +78,11 @@ def _featurizer(run: RunLayout, config: PipelineConfig) -> tuple[dict, list[str]
     return bundle, [fitted["release"]] if fitted.get("release") else []
 
 
-def _evaluate(run: RunLayout, row: FitRow, test: dict, config: PipelineConfig, reserved: Reserved | None) -> dict:
+def _evaluate(run: RunLayout, row: FitRow, test: dict, config: PipelineConfig, reserved: Reserved | None,
+              test_count: float | None) -> dict:
     """The model's DP evaluation on the test split: recorded in the ledger before it is written anywhere, and kept
-    (``dp_evaluations/``) for a resumed run whose model did not change."""
+    (``dp_evaluations/``) for a resumed run whose model did not change. ``test_count``: the test split's released
+    record count (counts.json's), the size its intervals and needed counts are read at."""
     saved = run.dp_evaluation(row.cell_id, row.seed)
     if reserved is None:  # the budget check reserved none: an earlier attempt evaluated this very model
         evaluation = json.loads(saved.read_text())
@@ -95,7 +97,8 @@ def _evaluate(run: RunLayout, row: FitRow, test: dict, config: PipelineConfig, r
                                   noise.numpy_generator("evaluation"))
     entry = reserved.plan.ledger_entry(noise.guarantee, "DP evaluation")
     release = record_release(config.privacy.ledger_path, reserved.reservation, entry).release
-    metrics = metrics_from_histograms(histograms, config.evaluation.confidence, config.release.interval_resamples)
+    metrics = metrics_from_histograms(histograms, config.evaluation.confidence, config.release.interval_resamples,
+                                      records=test_count)
     # the evaluation's own epsilon beside its metrics: what the card's "not informative at epsilon ..." cites
     evaluation = {"release": release, "model_release": row.release, "histograms": histograms.as_dict(),
                   "metrics": metrics.as_dict() | {"epsilon": reserved.plan.epsilon}, "plan": reserved.plan.record()}
@@ -220,13 +223,14 @@ def write_release_bundle(run_dir: str, rows: list[dict], config: PipelineConfig,
                           config.release.include)
         return None
     test = load_split(str(run.intermediate), "test")
-    evaluations = {r.cell_id: _evaluate(run, r, test, config, reserved.get(evaluation_key(r.cell))) for r in bundled}
+    recorded = read_summary(run_dir, "record_counts")  # released (DP, or public by the spec) before any fit
+    evaluations = {r.cell_id: _evaluate(run, r, test, config, reserved.get(evaluation_key(r.cell)),
+                                        recorded.stays.get("test")) for r in bundled}
     out = run.release_bundle
     if out.exists():
         shutil.rmtree(out)  # a resumed run writes its bundle again, from its new evaluations
     (out / "models").mkdir(parents=True)
     featurizer, featurizer_releases = _featurizer(run, config)
-    recorded = read_summary(run_dir, "record_counts")
     counts = {"source": recorded.source, "stays": recorded.stays, "epsilon": recorded.epsilon}
     sources = {"featurizer.json": {"source": featurizer["source"], "releases": featurizer_releases},
                "counts.json": {"source": counts["source"], "releases": [recorded.release] if recorded.release else []}}

@@ -161,6 +161,8 @@ class DPMetrics:
     #: the logistic recalibration p' = sigmoid(intercept + slope logit(p)) fitted to the same valid table (None where
     #: the slope is not informative: a recalibration by noise would be worse than none)
     recalibration: dict | None = None
+    #: where ``records`` comes from: "histograms" (their noisy total) or "record count" (a count already released)
+    records_source: str = "histograms"
 
     def as_dict(self) -> dict:
         return {"auroc": self.auroc, "auprc": self.auprc, "prevalence": self.prevalence, "records": self.records,
@@ -170,7 +172,7 @@ class DPMetrics:
                 "reliability": [dict(b) for b in self.reliability],
                 "intervals": {k: [lo, hi] for k, (lo, hi) in self.intervals.items()}, "confidence": self.confidence,
                 "informative": dict(self.informative or {}), "needed_records": dict(self.needed_records or {}),
-                "informative_width": self.informative_width}
+                "informative_width": self.informative_width, "records_source": self.records_source}
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -437,7 +439,8 @@ def needed_records(noise_width: float, sampling_width: float, records: float, wi
 
 def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamples: int = 1000,
                             rng: np.random.Generator | None = None, min_bin_records: float = 10.0,
-                            groups: int = 10, informative_width: float = INFORMATIVE_WIDTH) -> DPMetrics:
+                            groups: int = 10, informative_width: float = INFORMATIVE_WIDTH,
+                            records: float | None = None) -> DPMetrics:
     """AUROC, AUPRC, prevalence, record count, ECE, calibration slope and intercept and a reliability table, with
     intervals: a parametric bootstrap for the first four, the calibration fits' sandwich variance for the last two.
 
@@ -451,6 +454,12 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
     test records would narrow it to that width (:func:`needed_records`, from the noise's and the sampling's
     widths bootstrapped, or for the calibration fits computed, apart). ``rng`` only drives the bootstrap (public;
     default seed 0).
+
+    ``records``: the test split's record count where one better than the histograms' noisy total is already
+    released (the run's DP record counts, or a public count): the noisy total sums 2 x ``bins`` noisy cells (an sd
+    of sigma sqrt(2 bins), 77 test stays at sigma 10 and 30 bins), a released count has one noise draw. The
+    bootstrap then draws that many records, the needed counts scale from it, and it is the result's ``records``
+    (post-processing of releases either way).
     """
     if not 0 < confidence < 1:
         raise ValueError("confidence must lie strictly between 0 and 1")
@@ -472,10 +481,10 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
     valid_neg, valid_pos = _nonnegative(neg), _nonnegative(pos)  # post-processing: counts >= 0, rates in [0, 1]
     reliability = []
     for a, b, mid in zip(starts, stops, predicted):
-        records, positives = float(valid_neg[a:b].sum() + valid_pos[a:b].sum()), float(valid_pos[a:b].sum())
+        in_group, positives = float(valid_neg[a:b].sum() + valid_pos[a:b].sum()), float(valid_pos[a:b].sum())
         reliability.append({"low": float(edges[a]), "high": float(edges[b]), "mean_predicted": float(mid),
-                            "records": records, "positives": positives,
-                            "observed_rate": positives / records if records >= min_bin_records else None})
+                            "records": in_group, "positives": positives,
+                            "observed_rate": positives / in_group if in_group >= min_bin_records else None})
     raw = _metrics(neg, pos, starts, predicted)
     valid = _metrics(valid_neg, valid_pos, starts, predicted)
     point = {k: float(raw[k] if k in RAW else valid[k]) for k in raw}
@@ -484,7 +493,10 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
     informative = {k: False for k in point}
     needed: dict[str, int | None] = {k: None for k in (*point, *CALIBRATION)}
     cells = np.concatenate([valid_neg, valid_pos])
-    draws = int(round(cells.sum()))
+    if records is not None and cells.sum() > 0:  # the population's shape from the table, its size from the count
+        cells = cells * (max(float(records), 0.0) / cells.sum())
+    total = float(cells.sum())
+    draws = int(round(total))
     if draws > 0:
         centre = _metrics(cells[:bins], cells[bins:], starts, predicted)
         counts = rng.multinomial(draws, cells / cells.sum(), size=resamples)
@@ -499,7 +511,7 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
             informative[k] = bool(math.isfinite(low) and math.isfinite(high) and high - low <= informative_width)
             if not informative[k]:
                 needed[k] = needed_records(_width(noise_only[k], confidence), _width(sampling[k], confidence),
-                                           cells.sum(), informative_width)
+                                           total, informative_width)
     z = float(NormalDist().inv_cdf(1 - (1 - confidence) / 2))
     fits = _calibration_inference(neg, pos, logit_midpoints(edges), float(h.noise_multiplier), z)
     for k in CALIBRATION:
@@ -507,11 +519,12 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
         low, high = intervals[k]
         informative[k] = bool(math.isfinite(low) and math.isfinite(high) and high - low <= informative_width)
         if not informative[k]:
-            needed[k] = needed_records(2 * z * se_noise, 2 * z * se_sampling, cells.sum(), informative_width)
+            needed[k] = needed_records(2 * z * se_noise, 2 * z * se_sampling, total, informative_width)
     slope, intercept = point["calibration_slope"], fits["a"]
     recalibration = {"intercept": intercept, "slope": slope} \
         if informative["calibration_slope"] and math.isfinite(intercept) else None
-    return DPMetrics(point["auroc"], point["auprc"], point["prevalence"], max(float(neg.sum() + pos.sum()), 0.0),
+    return DPMetrics(point["auroc"], point["auprc"], point["prevalence"],
+                     max(float(neg.sum() + pos.sum()), 0.0) if records is None else float(records),
                      point["ece"], reliability, intervals, float(confidence), informative, needed,
                      float(informative_width), point["calibration_slope"], point["calibration_intercept"],
-                     recalibration)
+                     recalibration, "histograms" if records is None else "record count")

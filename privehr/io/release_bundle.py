@@ -505,6 +505,7 @@ def render_card(card: dict) -> str:
                   f"{m['plan']['steps']} steps, clip {m['plan']['max_grad_norm']:g}); epsilon "
                   f"{_fmt(m['plan']['epsilon'])} alone.",
                   f"- DP evaluation on about {e['records']:.0f} test stays"
+                  + (" (the released count)" if e.get("records_source") == "record count" else "")
                   + (f" at epsilon {_fmt(e['epsilon'])}" if e.get("epsilon") is not None else "") + ": "
                   + ", ".join(_dp_metric(e, key, name) for key, name in DP_METRICS if key in e["intervals"])
                   + f" ({round(e['confidence'] * 100)} % intervals: test sampling and DP noise).", ""]

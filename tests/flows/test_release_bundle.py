@@ -113,12 +113,15 @@ def _post_processed(bundle: Path, bundles: list[Path]) -> set[tuple]:
     evaluation = json.loads((bundle / "evaluation.json").read_text())
     card = json.loads((bundle / "card.json").read_text())
     keys = set()
+    test_count = json.loads((bundle / "counts.json").read_text())["stays"]["test"]
     for cell, e in evaluation.items():
         h = e["histograms"]
+        assert e["metrics"]["records_source"] == "record count" and e["metrics"]["records"] == test_count
         again = metrics_from_histograms(
             NoisyHistograms(np.array(h["edges"]), np.array(h["negatives"]), np.array(h["positives"]),
                             h["noise_multiplier"]),
-            PipelineConfig().evaluation.confidence, SETTINGS["release"]["interval_resamples"])
+            PipelineConfig().evaluation.confidence, SETTINGS["release"]["interval_resamples"],
+            records=test_count)  # the bundle's own released count: post-processing of two releases
         assert json.loads(strict_dumps(again.as_dict() | {"epsilon": e["metrics"]["epsilon"]})) == e["metrics"], cell
         i = [m["cell_id"] for m in card["models"]].index(cell)
         for k, _ in leaves(e["metrics"]):

@@ -363,3 +363,19 @@ def test_degenerate_tables_leave_calibration_undefined_not_a_crash():
     assert math.isnan(m.calibration_slope) and math.isnan(m.calibration_intercept)
     card = json.loads(strict_dumps(m.as_dict()))
     assert card["calibration_slope"] is None and card["intervals"]["calibration_intercept"] == [None, None]
+
+
+def test_a_released_record_count_sets_the_size_the_intervals_and_needed_counts_are_read_at():
+    """The histograms' noisy total sums 60 noisy cells (sd about 77 at sigma 10); a released count has one draw. Given
+    it, the bootstrap draws that many records: the sampling part of an interval, and the needed counts, follow it."""
+    p, y = _binormal(400, 3)
+    h = noisy_histograms(p, y, 30, 10.0, np.random.default_rng(4))
+    alone = metrics_from_histograms(h, resamples=300)
+    small, large = (metrics_from_histograms(h, resamples=300, records=n) for n in (400, 4000))
+    assert alone.records_source == "histograms" and alone.records == pytest.approx(h.negatives.sum() + h.positives.sum())
+    assert small.records == 400 and small.records_source == "record count" and small.as_dict()["records"] == 400
+    assert small.auroc == alone.auroc and small.calibration_intercept == alone.calibration_intercept  # the table's
+    width = lambda m: m.intervals["prevalence"][1] - m.intervals["prevalence"][0]  # noqa: E731
+    assert width(large) < width(small)  # ten times the records: the sampling part shrinks
+    assert small.needed_records["prevalence"] > 400 and large.needed_records["prevalence"] != small.needed_records[
+        "prevalence"]
