@@ -13,6 +13,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 
 from privehr.models.evaluation.dp_utility_checks import check_dp_sgd_curves
 from privehr.models.evaluation.grid_summary import summarise_grid
+from privehr.models.methods import method_display_name
 from privehr.models.privacy.ledger import compose_entries
 from privehr.core.records import FitRow
 from privehr.core.run_layout import RunLayout
@@ -34,8 +35,6 @@ __all__ = ["write_report", "console_table", "results_table", "curve_check_lines"
 
 COLUMNS = ["label", "model", "method", "loss", "target_epsilon", "auroc_median", "auprc_median", "seeds",
            "epsilon_prv", "epsilon_rdp", "epsilon_pld", "guarantee", "auroc_bayes", "auroc_map", "gap_std"]
-METHOD_NAMES = {"dp_sgd": "DP-SGD", "expm_nf": "ExpM+NF", "dp_expm_nf": "ExpM flow by DP-SGD",
-                "non_private": "non-private"}
 PRIVACY_NOTE = ("epsilon of each DP-SGD release at delta = {delta} by three accountants: PRV (claimed), RDP (upper "
                 "bound) and PLD (dp-accounting, upper bound); PRV and RDP are below the target. Noise and Poisson "
                 "sampling come from OS entropy and are never stored{reproducible}. ExpM+NF rows: target_epsilon is "
@@ -289,7 +288,7 @@ def _task_and_source(run_dir: Path, runs: list[dict], data: DataConfig, cohort: 
         banner = (f"> **Patients' records.** `{source['file']}` is a MIMIC-Extract file not written by privehr's "
                   "simulator. This report holds exact results and stays inside the hospital; what may leave it is "
                   "the release bundle below.")
-    methods = ", ".join(dict.fromkeys(METHOD_NAMES.get(r["method"], r["method"]) for r in runs))
+    methods = ", ".join(dict.fromkeys(method_display_name(r["method"]) for r in runs))
     models = ", ".join(dict.fromkeys(r["model"].replace("_", " ") for r in runs))
     return (f"# Risk of {task_text} from the first {data.window_hours} hours of an ICU stay\n\n{banner}\n\n"
             f"Run `{run_dir.name}`: {cohort['stays']} stays of `{data.hdf5_path}`; models {models}; trained by "
@@ -306,7 +305,7 @@ def console_table(summary: dict) -> str:
     head = ["label", "model", "method", "epsilon", f"AUROC [{level} % interval]", "guarantee"]
     rows = []
     for r in summary["results"]:
-        method = METHOD_NAMES.get(r["method"], r["method"]) + f" ({r['loss']})"
+        method = method_display_name(r["method"]) + f" ({r['loss']})"
         epsilon = ("-" if r["method"] == "non_private" else f"eps~ {r['target_epsilon']:g}"
                    if r["method"] == "expm_nf" else _cell(r.get("epsilon_prv")))
         cell = cells.get(_key(r), {})

@@ -24,6 +24,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_ehr_spec
 from privehr.core.records import ImputationSummary
+from privehr.models.synthesis import synthesizer_display_name
 from privehr.models.synthesis.codec import TableCodec
 from privehr.io.figures import marginal_histograms, plot_synthesis_utility
 from privehr.io.spreadsheet import spreadsheet_safe
@@ -302,7 +303,7 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
     patients = f"{summary.decisions['records_read']} patients delivered, " if public_count else ""
     markdown = "\n\n".join([
         f"# Synthesis: {summary.spec} ({patients}{len(summary.attributes)} attributes, m = {summary.m}; "
-        f"{', '.join(SYNTHESIZER_NAMES[s] for s in synthesizers)})",
+        f"{', '.join(synthesizer_display_name(s) for s in synthesizers)})",
         f"{len(releases)} releases, {len(results)} synthetic tables (raw, and decoded to the spec: categories, "
         "integers, bounds). Utility inputs leave out " + (", ".join(excluded) if excluded else "no column") + ".",
         *([f"**Warning: tables with no rows**: {'; '.join(empty)}."] if empty else []),
@@ -341,10 +342,6 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
                                                           pd.Series(dtype=object)).fillna(False).astype(bool).sum())}
 
 
-SYNTHESIZER_NAMES = {"maf": "DP-NF (MAF)", "hflow": "DP-HFlow", "aim": "AIM", "aim_dyadic": "AIM + dyadic bins",
-                     "mst": "MST"}
-
-
 def _marginal_figures(run_dir: Path, results: pd.DataFrame, train: pd.DataFrame, summary: ImputationSummary,
                       spec) -> list[Path]:
     """Real (training) vs each synthesizer's first decoded table at its loosest DP budget, under intermediate/ (the
@@ -364,7 +361,7 @@ def _marginal_figures(run_dir: Path, results: pd.DataFrame, train: pd.DataFrame,
         path = [f for f in json.loads(RunLayout(run_dir).release(job).read_text())["files"] if f["truncated"]][0]
         table = pd.read_csv(path["path"])
         table[attributes] = codec.encode_labels(table[attributes])
-        synthetic[f"{SYNTHESIZER_NAMES[synthesizer]} ({label.rpartition(' ')[2]})"] = table[attributes]
+        synthetic[f"{synthesizer_display_name(synthesizer)} ({label.rpartition(' ')[2]})"] = table[attributes]
     kinds = {c: spec.kinds()[c] for c in attributes}
     categories = {c: v for c, v in spec.codes().items() if c in attributes}
     return [marginal_histograms(train[attributes], synthetic, kinds, RunLayout(run_dir).marginals_figure,

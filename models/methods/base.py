@@ -42,12 +42,24 @@ from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import ReleasePlan
 
 __all__ = ["TrainingMethod", "ClassifierMethod", "FitSpec", "CellData", "Release", "Evaluation", "register_method",
+           "method_display_name",
            "get_method", "create_method", "TRAINING_METHODS", "grid", "seeds_of", "fit_groups", "Progress"]
 
-TRAINING_METHODS: Registry["TrainingMethod"] = Registry("training method", declared=get_args(Method))
+TRAINING_METHODS: Registry["TrainingMethod"] = Registry("training method", declared=get_args(Method),
+                                                        requires=("display_name",))
 register_method = TRAINING_METHODS.register
 get_method = TRAINING_METHODS.__getitem__
 create_method = TRAINING_METHODS.create
+
+
+def method_display_name(name: str, figure: bool = False) -> str:
+    """A method's name for people (its class's ``display_name``, or ``figure_label`` in a figure); an unknown name
+    (a results file of a method no longer registered) as it is."""
+    try:
+        method = TRAINING_METHODS[name]
+    except (KeyError, ValueError):
+        return name
+    return (method.figure_label or method.display_name) if figure else method.display_name
 
 #: a progress reporter's factory: description -> progress(done, total) callback (or None)
 Progress = Callable[[str], Callable[[int, int], None] | None]
@@ -108,6 +120,10 @@ class TrainingMethod(ABC):
     """How one method trains a cell: grid, hyperparameters, plans, fits and evaluation; configured by its settings."""
 
     name: ClassVar[str]
+    #: how tables, the console and the report name it
+    display_name: ClassVar[str]
+    #: how figure legends name it, where a legend needs more than the name (a guarantee it lacks); default the name
+    figure_label: ClassVar[str | None] = None
     #: with a single configuration there is nothing to choose, so no search run is trained (a fixed,
     #: accounted number of epochs or steps); a method whose search early-stops on dev still trains it
     fixed_without_search: ClassVar[bool] = True

@@ -40,6 +40,8 @@ class DPExpMNF(DPSGD):
     """ExpM's target fitted by DP-SGD: a DP release at each target epsilon, eps~ a utility knob."""
 
     name: ClassVar[str] = "dp_expm_nf"
+    display_name: ClassVar[str] = "ExpM flow by DP-SGD"
+    figure_label: ClassVar[str] = "ExpM flow by DP-SGD (mean)"
     # its releases are flows fitted one at a time (batching the DP-trained flow is not built yet)
     batches: ClassVar[bool] = False
     fit_many = TrainingMethod.fit_many

@@ -22,6 +22,7 @@ __all__ = ["DPSGD"]
 @register_method
 class DPSGD(ClassifierMethod):
     name: ClassVar[str] = "dp_sgd"
+    display_name: ClassVar[str] = "DP-SGD"
     # batch size and epochs set the plan: they are not searched, so every plan is known before the search
     search_spaces: ClassVar[dict[str, dict]] = {
         "grud": {"learning_rate": ("log", 1e-3, 5e-2), "hidden_size": ("int", 8, 48),

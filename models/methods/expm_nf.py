@@ -37,6 +37,8 @@ class ExpMNF(TrainingMethod):
     """ExpM+NF cells: the l2 loss (its utility), eps~ from ``training.expm_nf.epsilons``, no proven DP."""
 
     name: ClassVar[str] = "expm_nf"
+    display_name: ClassVar[str] = "ExpM+NF"
+    figure_label: ClassVar[str] = "ExpM+NF (eps~, no proven DP)"
     search_spaces: ClassVar[dict[str, dict]] = {
         "grud": {"learning_rate": ("log", 1e-3, 3e-2), "base_sigma": ("log", 1e-3, 0.1),
                  "l1": ("log", 1e-4, 1e-1), "hidden_size": ("int", 8, 48)},

@@ -13,6 +13,7 @@ __all__ = ["NonPrivate"]
 @register_method
 class NonPrivate(ClassifierMethod):
     name: ClassVar[str] = "non_private"
+    display_name: ClassVar[str] = "non-private"
     fixed_without_search: ClassVar[bool] = False  # its search early-stops on dev and chooses the epoch count
     batch_norm: ClassVar[bool] = True
     search_spaces: ClassVar[dict[str, dict]] = {

@@ -6,8 +6,9 @@ Importing this package registers the built-ins: ``maf`` (DP-NF), ``hflow`` (DP-H
 """
 
 from privehr.models.synthesis.synthesizers import (SYNTHESIZERS, SynthesisData, SynthesisMethod, Synthesized,
-                                                   create_synthesizer, get_synthesizer, register_synthesizer)
+                                                   create_synthesizer, get_synthesizer, register_synthesizer,
+                                                   synthesizer_display_name)
 from privehr.models.synthesis import flow_synthesizers, marginal_synthesizers  # noqa: F401  (register the built-ins)
 
 __all__ = ["SynthesisMethod", "SynthesisData", "Synthesized", "SYNTHESIZERS", "get_synthesizer", "create_synthesizer",
-           "register_synthesizer"]
+           "register_synthesizer", "synthesizer_display_name"]

@@ -76,7 +76,7 @@ class FlowSynthesizer(SynthesisMethod):
 class DPNF(FlowSynthesizer):
     """DP-NF: every column continuous, affinely scaled (by the bounds, or the training statistics)."""
 
-    name, what = "maf", "DP-NF flow"
+    name, what, display_name = "maf", "DP-NF flow", "DP-NF (MAF)"
 
     def needs_bounds(self) -> bool:
         return self.config.scaling == "bounds"
@@ -108,7 +108,7 @@ class DPNF(FlowSynthesizer):
 class DPHFlow(FlowSynthesizer):
     """DP-HFlow: continuous columns scaled by the bounds, discrete columns as codes (dequantized in the flow)."""
 
-    name, what = "hflow", "DP-HFlow flow"
+    name, what, display_name = "hflow", "DP-HFlow flow", "DP-HFlow"
 
     def settings(self):
         return self.config.hflow

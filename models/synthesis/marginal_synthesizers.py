@@ -69,7 +69,7 @@ class MarginalSynthesizer(SynthesisMethod):
 
 @register_synthesizer
 class AIM(MarginalSynthesizer):
-    name, what = "aim", "AIM synthetic data"
+    name, what, display_name = "aim", "AIM synthetic data", "AIM"
 
     def options(self) -> dict:
         return {"max_model_size": self.config.marginal.max_model_size}
@@ -77,7 +77,7 @@ class AIM(MarginalSynthesizer):
 
 @register_synthesizer
 class MST(MarginalSynthesizer):
-    name, what = "mst", "MST synthetic data"
+    name, what, display_name = "mst", "MST synthetic data", "MST"
 
 
 @register_synthesizer
@@ -86,7 +86,7 @@ class AIMDyadic(AIM):
     (:mod:`privehr.models.synthesis.within_bin`): ``marginal.within_share`` of the budget's rho goes to the
     histograms, the rest to AIM; the two compose in zCDP to the release's (epsilon, delta)."""
 
-    name, what = "aim_dyadic", "AIM synthetic data with DP values within bins"
+    name, what, display_name = "aim_dyadic", "AIM synthetic data with DP values within bins", "AIM + dyadic bins"
 
     @property
     def mechanism(self) -> str:

@@ -25,12 +25,21 @@ from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import ReleasePlan
 
 __all__ = ["SynthesisMethod", "SynthesisData", "Synthesized", "SYNTHESIZERS", "register_synthesizer",
-           "get_synthesizer", "create_synthesizer"]
+           "get_synthesizer", "create_synthesizer", "synthesizer_display_name"]
 
-SYNTHESIZERS: Registry["SynthesisMethod"] = Registry("synthesizer", declared=get_args(Synthesizer))
+SYNTHESIZERS: Registry["SynthesisMethod"] = Registry("synthesizer", declared=get_args(Synthesizer),
+                                                     requires=("display_name",))
 register_synthesizer = SYNTHESIZERS.register
 get_synthesizer = SYNTHESIZERS.__getitem__
 create_synthesizer = SYNTHESIZERS.create
+
+
+def synthesizer_display_name(name: str) -> str:
+    """A synthesizer's name for people (its class's ``display_name``); an unknown name as it is."""
+    try:
+        return SYNTHESIZERS[name].display_name
+    except (KeyError, ValueError):
+        return name
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,7 @@ class Synthesized:
 class SynthesisMethod(ABC):
     name: ClassVar[str]
     what: ClassVar[str]            # the ledger's description of a release
+    display_name: ClassVar[str]    # how reports and figures name it
     #: needs private-pgm (mbi): a dependency since aim_dyadic became a default, missing from older installs
     needs_baselines: ClassVar[bool] = False
 

@@ -16,6 +16,13 @@ pydantic and the deployments' schemas can check them), the registry refuses any 
 Traceback (most recent call last):
 ...
 ValueError: unknown shape 'hexagon'; choose one of ('circle',)
+>>> named = Registry("shape", requires=("display_name",))
+>>> @named.register
+... class Square:
+...     name = "square"
+Traceback (most recent call last):
+...
+ValueError: shape 'square' does not set display_name
 """
 
 from __future__ import annotations
@@ -31,17 +38,21 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Registered classes by name; ``create`` configures one."""
 
-    def __init__(self, what: str, declared: tuple[str, ...] | None = None):
-        self.what, self.declared = what, declared
+    def __init__(self, what: str, declared: tuple[str, ...] | None = None, requires: tuple[str, ...] = ()):
+        self.what, self.declared, self.requires = what, declared, requires
         self._items: dict[str, type[T]] = {}
 
     def register(self, cls: type[T]) -> type[T]:
-        """Class decorator: store ``cls`` under ``cls.name``."""
+        """Class decorator: store ``cls`` under ``cls.name``; refused where it lacks an attribute every
+        implementation must set (``requires``: a display name, say, so that no table elsewhere has to name it)."""
         if self.declared is not None and cls.name not in self.declared:
             raise ValueError(f"{self.what} {cls.name!r} is not declared in the configuration (one of "
                              f"{self.declared})")
         if cls.name in self._items:
             raise ValueError(f"{self.what} {cls.name!r} is registered twice")
+        missing = [a for a in self.requires if not getattr(cls, a, None)]
+        if missing:
+            raise ValueError(f"{self.what} {cls.name!r} does not set {', '.join(missing)}")
         self._items[cls.name] = cls
         return cls
 

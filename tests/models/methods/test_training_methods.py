@@ -21,7 +21,7 @@ def test_every_declared_method_is_registered_and_no_other():
     assert all(issubclass(m, TrainingMethod) and m.name == name for name, m in TRAINING_METHODS.items())
 
 
-def test_an_undeclared_or_repeated_method_is_refused():
+def test_an_undeclared_repeated_or_unnamed_method_is_refused(monkeypatch):
     class Unknown(TrainingMethod):
         name = "gradient_free"
 
@@ -29,6 +29,9 @@ def test_an_undeclared_or_repeated_method_is_refused():
         register_method(Unknown)
     with pytest.raises(ValueError, match="registered twice"):
         register_method(get_method("dp_sgd"))
+    monkeypatch.setattr(TRAINING_METHODS, "declared", (*TRAINING_METHODS.declared, "gradient_free"))
+    with pytest.raises(ValueError, match="does not set display_name"):  # the report would have no name for it
+        register_method(Unknown)
     with pytest.raises(ValueError, match="unknown training method"):
         get_method("gradient_free")
 
@@ -186,6 +189,7 @@ class Prior(TrainingMethod):
     """A toy method, as a new module would define it: predicts the training prevalence (non-private)."""
 
     name: ClassVar[str] = "prior"
+    display_name: ClassVar[str] = "training prevalence"
 
     def default_hyperparameters(self, cell):
         return {}
@@ -214,6 +218,14 @@ def test_a_toy_method_registered_like_a_new_module_trains_through_the_tasks(tmp_
     monkeypatch.setattr(TRAINING_METHODS, "declared", (*TRAINING_METHODS.declared, "prior"))
     monkeypatch.setattr(TRAINING_METHODS, "_items", dict(TRAINING_METHODS._items))
     register_method(Prior)
+    from privehr.models.methods import method_display_name
+    from privehr.tasks.report import console_table
+
+    row = {"label": "mort_icu", "model": "logistic_regression", "method": "prior", "loss": "bce",
+           "target_epsilon": None, "auroc_median": 0.5, "guarantee": "not DP (non-private)"}
+    assert method_display_name("prior") == method_display_name("prior", figure=True) == "training prevalence"
+    assert "training prevalence (bce)" in console_table({"results": [row], "evaluation": {"cells": [],
+                                                                                          "confidence": 0.95}})
     cell = Cell.model_construct(label="mort_icu", model="logistic_regression", method="prior", loss="bce",
                                 target_epsilon=None)
     method = create_method("prior", SMALL)
