@@ -122,8 +122,8 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     stamp = {"bundle_sha256": sha256_file(bundle.path / MANIFEST),  # which bundle scored it: its signed manifest
              "predicted_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     labels = {m["cell_id"]: m["label"] for m in bundle.card.get("models", []) if m["cell_id"] in loaded}
-    recalibrations = {m["cell_id"]: m["evaluation"].get("recalibration") for m in bundle.card.get("models", [])
-                      if m["cell_id"] in loaded} if recalibrate else {}
+    evaluations = {m["cell_id"]: m["evaluation"] for m in bundle.card.get("models", []) if m["cell_id"] in loaded}
+    recalibrations = {c: e.get("recalibration") for c, e in evaluations.items()} if recalibrate else {}
     sink = _csv_sink(out_path, stamp) if out_format == "csv" else _meds_sink(out_path, stamp, labels, window_hours)
     scored_total = 0
     with sink as write:  # patient-level: owner-only files, also over existing ones
@@ -164,9 +164,16 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
             "calibration": {m["cell_id"]: calibration_text(m["evaluation"]) or None
                             for m in bundle.card.get("models", []) if m["cell_id"] in loaded},
             "recalibrated": sorted(c for c, r in recalibrations.items() if r),
-            "not_recalibrated": {c: "its DP calibration slope is not informative (or the bundle predates "
-                                    "recalibration): recalibrating by noise would be worse than not"
-                                 for c, r in recalibrations.items() if not r}}
+            "not_recalibrated": {c: _why_not_recalibrated(evaluations[c]) for c, r in recalibrations.items() if not r}}
+
+
+def _why_not_recalibrated(evaluation: dict) -> str:
+    """Why a model's risks were left as they are: the card's DP calibration says so."""
+    if (evaluation.get("informative") or {}).get("calibration_slope"):
+        return ("its DP calibration is consistent with a calibrated model (the slope's interval holds 1 and the "
+                "intercept's holds 0): recalibrating would only add the fit's noise")
+    return ("its DP calibration slope is not informative (or the bundle predates recalibration): recalibrating by "
+            "noise would be worse than not")
 
 
 def recalibrated(risk: np.ndarray, recalibration: dict) -> np.ndarray:

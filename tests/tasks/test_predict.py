@@ -242,10 +242,15 @@ def test_recalibrate_applies_the_released_recalibration_where_the_dp_slope_is_in
         risks = pd.read_csv(out)
         card = json.loads((bundle / "card.json").read_text())
         for m in card["models"]:
-            cell, fitted = m["cell_id"], m["evaluation"]["recalibration"]
-            assert (fitted is not None) == m["evaluation"]["informative"]["calibration_slope"]
+            cell, fitted, e = m["cell_id"], m["evaluation"]["recalibration"], m["evaluation"]
+            (b_low, b_high), (a_low, a_high) = e["intervals"]["calibration_slope"], e["intervals"][
+                "calibration_intercept"]
+            shown = e["informative"]["calibration_slope"] and not (b_low <= 1 <= b_high and a_low <= 0 <= a_high)
+            assert (fitted is not None) == shown  # informative, and shown miscalibrated
             if fitted is None:  # noise is not applied to the risks: said, and no column
                 assert cell in summary["not_recalibrated"] and f"risk_recalibrated_{cell}" not in risks
+                assert ("consistent with a calibrated model" in summary["not_recalibrated"][cell]) == \
+                    e["informative"]["calibration_slope"]
                 continue
             assert cell in summary["recalibrated"]
             np.testing.assert_allclose(risks[f"risk_recalibrated_{cell}"], recalibrated(risks[f"risk_{cell}"], fitted))

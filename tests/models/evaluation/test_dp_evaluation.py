@@ -248,29 +248,69 @@ def test_calibration_under_heavy_noise_is_not_informative_and_one_class_is_undef
     assert all(math.isnan(v) for v in none.intervals["calibration_slope"])
 
 
-def _calibrated_runs(n: int, sigma: float, runs: int, seed: int):
-    """``runs`` test splits of a calibrated model's risks, each released at noise ``sigma`` and evaluated."""
+def _calibrated_runs(n: int, sigma: float, runs: int, seed: int, distort: float = 1.0, mean: float = -1.5,
+                     sd: float = 1.2):
+    """``runs`` test splits of a model's risks (its logit ``distort`` times the true log-odds: 1 is calibrated),
+    each released at noise ``sigma`` and evaluated."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(runs):
-        lp = rng.normal(-1.5, 1.2, n)
+        lp = rng.normal(mean, sd, n)
         y = (rng.random(n) < 1 / (1 + np.exp(-lp))).astype(int)
-        out.append(metrics_from_histograms(noisy_histograms(1 / (1 + np.exp(-lp)), y, 30, sigma, rng), resamples=20))
+        p = 1 / (1 + np.exp(-distort * lp))
+        out.append(metrics_from_histograms(noisy_histograms(p, y, 30, sigma, rng), resamples=20))
     return out
 
 
-def test_calibration_intervals_cover_the_binned_truth_at_a_realistic_noise():
+def test_calibration_intervals_cover_the_truth_at_a_realistic_noise():
     """The review's case: sd 7.7 (an evaluation at epsilon about 0.5). Fitted to the projected table the slope's mean
     was 0.96 and its interval covered 1 in a fifth of runs while always flagged informative; fitted to the counts as
-    released, with the sandwich's noise term, the intervals cover the binned model's own slope and intercept."""
-    (truth,) = _calibrated_runs(1_000_000, 1e-3, 1, seed=7)  # the binned slope of a calibrated model: not quite 1
+    released, at the bins' mean logits, with the sandwich's noise term, the intervals cover slope 1 and intercept 0."""
     runs = _calibrated_runs(50_000, 7.73, 200, seed=8)
     slopes = np.array([m.calibration_slope for m in runs])
-    assert abs(slopes.mean() - truth.calibration_slope) < 0.01
-    for name in ("calibration_slope", "calibration_intercept"):
-        cover = np.mean([m.intervals[name][0] <= getattr(truth, name) <= m.intervals[name][1] for m in runs])
+    assert abs(slopes.mean() - 1) < 0.015
+    for name, truth in (("calibration_slope", 1.0), ("calibration_intercept", 0.0)):
+        cover = np.mean([m.intervals[name][0] <= truth <= m.intervals[name][1] for m in runs])
         assert cover >= 0.88, (name, cover)  # 0.95 expected; 200 runs: a binomial sd of 0.015
     assert np.mean([m.informative["calibration_slope"] for m in runs]) > 0.9
+
+
+@pytest.mark.parametrize("mean, sd", [(0.0, 0.4), (-3.0, 0.5), (-1.5, 1.2)])
+def test_a_calibrated_models_binned_slope_is_one_where_its_scores_concentrate(mean, sd):
+    """At the bins' logit midpoints a calibrated model's slope was 0.88 for N(0, 0.4) logits and 0.92 for
+    N(-3, 0.5): records pile up on a bin's side towards the bulk. At the mean of a log-linear density across each bin
+    it is within 0.02 of 1 (no noise here: the binning's own bias)."""
+    (m,) = _calibrated_runs(1_000_000, 1e-3, 1, seed=11, mean=mean, sd=sd)
+    assert m.calibration_slope == pytest.approx(1.0, abs=0.02)
+    assert m.calibration_intercept == pytest.approx(0.0, abs=0.02)
+
+
+@pytest.mark.parametrize("records", [6_500, 8_000, 10_000])
+def test_a_printed_slope_interval_misses_in_at_most_one_run_in_twenty(records):
+    """The slope's Wald width grows with the slope, so the noisy fits that came out low get the narrow intervals:
+    near the records a slope needs, the informative ones are a selected set (a review found 4 % coverage among them
+    at 5,000 records). Flagged only where the width at the interval's upper end is narrow too, a printed interval
+    that misses the truth stays within the 5 % of runs a 95 % interval may miss (logit x 2, sd 7.7: 2, 4.5 and
+    2.5 % of runs), and well past the threshold the printed ones cover as they should."""
+    runs = _calibrated_runs(records, 7.73, 200, seed=3, distort=2.0)
+    flagged = [m for m in runs if m.informative["calibration_slope"]]
+    wrong = [m for m in flagged if not m.intervals["calibration_slope"][0] <= 0.5 <= m.intervals["calibration_slope"][1]]
+    assert len(wrong) / len(runs) <= 0.05, len(wrong)
+    if records == 10_000:
+        assert len(flagged) > 150 and 1 - len(wrong) / len(flagged) >= 0.9
+
+
+def test_a_recalibration_is_released_only_where_the_model_is_shown_miscalibrated():
+    """Recalibrating a calibrated model only adds the fit's noise: released where the slope is informative and its
+    interval excludes 1, or the intercept's excludes 0 (about one run in ten for a calibrated model: two 95 %
+    intervals)."""
+    calibrated = _calibrated_runs(40_000, 7.73, 100, seed=13)
+    assert np.mean([m.informative["calibration_slope"] for m in calibrated]) > 0.9
+    assert np.mean([m.recalibration is not None for m in calibrated]) < 0.2
+    overconfident = _calibrated_runs(15_000, 7.73, 50, seed=14, distort=2.0)
+    released = [m.recalibration for m in overconfident if m.recalibration is not None]
+    assert len(released) >= 0.95 * len(overconfident)
+    assert np.median([r["slope"] for r in released]) == pytest.approx(0.5, abs=0.05)
 
 
 def test_calibration_slope_is_not_dragged_to_zero_by_phantom_records():
@@ -316,12 +356,13 @@ def test_calibration_is_the_maximum_of_the_noisy_counts_likelihood_or_undefined_
     iteration."""
     from scipy.optimize import brentq, minimize
 
-    from privehr.models.evaluation.dp_evaluation import logit_midpoints
+    from privehr.models.evaluation.dp_evaluation import _nonnegative, calibration_abscissae
 
     p, y = _binormal(records, 2)
     h = noisy_histograms(p, y, 30, 8.0, np.random.default_rng(seed))
     m = metrics_from_histograms(h, resamples=50)
-    neg, pos, x = np.asarray(h.negatives), np.asarray(h.positives), logit_midpoints(h.edges)
+    neg, pos = np.asarray(h.negatives), np.asarray(h.positives)
+    x = calibration_abscissae(h.edges, _nonnegative(neg) + _nonnegative(pos), 8.0)
     assert (neg < 0).any() and (pos < 0).any()  # the fit sees negative cells
 
     def minus_log_likelihood(theta):
