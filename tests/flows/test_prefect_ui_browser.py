@@ -48,7 +48,9 @@ def prefect_server(tmp_path_factory):
     directory, and the artifacts that link under its own pages port)."""
     tmp_path = tmp_path_factory.mktemp("prefect-server")
     base = {**os.environ, "PREFECT_LOCAL_STORAGE_PATH": str(tmp_path / "storage")}
-    with servers.prefect_server(tmp_path / "prefect-home", base, startup_s=120) as (env, port):
+    # nothing reads the server or the worker once the module's tests are done: 5 s to stop on SIGTERM, then
+    # SIGKILL (after the deployment run, one of them sat out the whole 30 s grace in CI's teardown and here)
+    with servers.prefect_server(tmp_path / "prefect-home", base, startup_s=120, stop_grace_s=5) as (env, port):
         _prefect(env, "work-pool", "create", "privehr-process", "--type", "process")
         # the worker asks for scheduled runs every 2 s instead of every 10 s: a deployment run starts when it is due
         worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privehr-process"], cwd=ROOT,
@@ -58,7 +60,7 @@ def prefect_server(tmp_path_factory):
         try:
             yield env, port
         finally:
-            servers.stop(worker)
+            servers.stop(worker, grace_s=5)
 
 
 def test_deployment_run_shows_its_artifacts_in_the_ui(prefect_server, tmp_path):
