@@ -30,10 +30,12 @@ def _cmdline(pid: int) -> str:
 
 def test_sigkill_of_privehr_run_mid_grid_leaves_no_uvicorn_and_no_privehr_process(tmp_path, small_extract):
     env = own_prefect_env(str(tmp_path / "prefect"))
-    # one epsilon per method: the budget check calibrates 2 plans instead of 8; validation off (GX's 4-12 s are not
-    # what is killed here: the server, its watchdog and the run's fits are)
+    # one epsilon per method and batches of 16 of the 142 training stays (q = 1/9, not 128/142): the budget check
+    # calibrates 2 plans at a small q, 1 s instead of 14 s; validation off (GX's 4-12 s are not what is killed here:
+    # the server, its watchdog and the run's fits are, and the grid's GRU-D fits still run for minutes)
     grid = tmp_path / "grid.yaml"
-    grid.write_text("validation: {enabled: false}\ntraining: {dp_sgd: {epsilons: [1.0]}, expm_nf: {epsilons: [1.0]}}\n")
+    grid.write_text("validation: {enabled: false}\ntraining: {dp_sgd: {epsilons: [1.0], batch_size: 16}, "
+                    "expm_nf: {epsilons: [1.0]}, dp_expm_nf: {epsilons: [1.0], batch_size: 16}}\n")
     argv = [sys.executable, "-m", "privehr", "run", "--data", str(small_extract), "--no-synthesis", "--no-dvc",
             "--artifacts-dir", str(tmp_path / "artifacts"), "--run-id", "k", "--config", str(grid)]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -8,8 +8,8 @@ PRIVEHR_FUZZ_SEED, which .ci/run derives from the commit under test and prints: 
 and a failure is replayed with the seed its log names. Like SQLite's fuzzers, every input that ever broke it stays
 as an explicit @example below (those run every time, and are not counted as generated).
 
-The examples run in one child process (`python tests/flows/test_fuzz_inputs.py`), as a user's commands would, with
-its own temporary Prefect server and no test-runner capture around them: in-process under pytest's output capture,
+The examples run in one child process (`python tests/flows/test_fuzz_inputs.py`), as a user's commands would, against
+the flow tests' Prefect server and with no test-runner capture around them: in-process under pytest's output capture,
 Great Expectations' and Prefect's handlers outlive the captured streams.
 """
 
@@ -224,8 +224,13 @@ def fuzz_front_door(case):
 
 
 def test_random_tables_and_specs_finish_or_stop_with_one_line(tmp_path):
+    from prefect.settings import get_current_settings
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "PRIVEHR_LEDGER"}
+    # the child's commands report to the flow tests' Prefect server (tests/flows/conftest.py), as a user's would to
+    # a running one: a temporary server of its own cost the child about 20 s to start
     env |= {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_API_URL": str(get_current_settings().api.url),
             "PRIVEHR_FUZZ_EXAMPLES": str(FUZZ_EXAMPLES), "PRIVEHR_FUZZ_SEED": str(FUZZ_SEED), "TMPDIR": str(tmp_path)}
     out = subprocess.run([sys.executable, __file__], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=3600)

@@ -94,9 +94,13 @@ def test_canaries_stay_out_of_prefect(tmp_path, caplog):
         "data": {"hdf5_path": str(path)}, "artifacts_dir": str(tmp_path / "artifacts"), "run_id": "canary",
         "split": {"method": "stratified"},  # 160 stays: a hash split can leave the dev split without a death
         "versioning": {"dvc": False}, "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
+        # every method and every output once, not the numbers: one epsilon each (dp_expm_nf too, not its four
+        # defaults), DP batches of 16 (q about 1/5, not the whole training split), 100 bootstrap resamples
         "training": {"models": ["logistic_regression"], "seeds": 1, "non_private": {"max_epochs": 2},
-                     "dp_sgd": {"epochs": 1, "epsilons": [1.0]},
-                     "expm_nf": {"epsilons": [1.0], "steps": 2, "eval_samples": 2, "seeds": 1}},
+                     "dp_sgd": {"epochs": 1, "epsilons": [1.0], "batch_size": 16},
+                     "expm_nf": {"epsilons": [1.0], "steps": 2, "eval_samples": 2, "seeds": 1},
+                     "dp_expm_nf": {"epochs": 1, "epsilons": [1.0], "eval_samples": 2, "batch_size": 16}},
+        "evaluation": {"bootstrap_resamples": 100}, "release": {"interval_resamples": 100},
         "synthesis": {"path": str(ehr), "mice": {"m": 1, "max_iter": 2, "trace": False}, "mus": [2.0], "runs": 1,
                       "releases": 1, "dpnf": {"steps": 20, "blocks": 1, "hidden_size": 8}}})
     with caplog.at_level(logging.DEBUG):

@@ -48,15 +48,19 @@ def prefect_server(tmp_path_factory):
     directory, and the artifacts that link under its own pages port)."""
     tmp_path = tmp_path_factory.mktemp("prefect-server")
     base = {**os.environ, "PREFECT_LOCAL_STORAGE_PATH": str(tmp_path / "storage")}
-    with servers.prefect_server(tmp_path / "prefect-home", base, startup_s=120) as (env, port):
+    # nothing reads the server or the worker once the module's tests are done: 5 s to stop on SIGTERM, then
+    # SIGKILL (after the deployment run, one of them sat out the whole 30 s grace in CI's teardown and here)
+    with servers.prefect_server(tmp_path / "prefect-home", base, startup_s=120, stop_grace_s=5) as (env, port):
         _prefect(env, "work-pool", "create", "privehr-process", "--type", "process")
+        # the worker asks for scheduled runs every 2 s instead of every 10 s: a deployment run starts when it is due
         worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "privehr-process"], cwd=ROOT,
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  env=env | {"PREFECT_WORKER_QUERY_SECONDS": "2"},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
         try:
             yield env, port
         finally:
-            servers.stop(worker)
+            servers.stop(worker, grace_s=5)
 
 
 def test_deployment_run_shows_its_artifacts_in_the_ui(prefect_server, tmp_path):
@@ -68,8 +72,9 @@ def test_deployment_run_shows_its_artifacts_in_the_ui(prefect_server, tmp_path):
     assert "0 3 * * *" in _prefect(env, "deployment", "schedule", "ls", "privehr-pipeline/nightly")
     table = write_demo_ehr(tmp_path / "EHR_dataset.csv", seed=2)["path"]
     # one DP release (mu 2): what is shown in the UI is the claim, not the grid (the default epsilons and the
-    # non-private flow tripled the run's time)
-    params = {"config": {"path": str(table), "mice": {"m": 1, "trace": False}, "mus": [2.0], "epsilons": [],
+    # non-private flow tripled the run's time; two MICE rounds, not ten, impute the one table the flow trains on)
+    params = {"config": {"path": str(table), "mice": {"m": 1, "max_iter": 2, "trace": False}, "mus": [2.0],
+                         "epsilons": [],
                          "non_private": False, "runs": 1, "releases": 1, "dpnf": {"steps": 30, "blocks": 2, "hidden_size": 16},
                          "artifacts_dir": str(tmp_path / "artifacts"), "run_id": "ui",
                          "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")}}}
@@ -155,8 +160,13 @@ def test_the_ui_artifacts_link_the_served_data_docs_and_report(prefect_server, t
             "data": {"hdf5_path": str(extract)}, "labels": ["mort_icu"], "artifacts_dir": str(artifacts),
             "run_id": "pages", "versioning": {"dvc": False}, "pages": {"base_url": base_url}, "synthesis": None,
             "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
+            # the pages and the links are the claim, not the numbers: 100 bootstrap resamples of the test stays and
+            # of the DP evaluation (the report's intervals are printed, not tested, here), DP-SGD batches of 16 of
+            # 142 (q 1/9, whose calibration takes 1 s, not 5 s at q 0.9)
+            "evaluation": {"bootstrap_resamples": 100}, "release": {"interval_resamples": 100},
             "training": {"models": ["logistic_regression"], "methods": ["non_private", "dp_sgd"], "seeds": 1,
-                         "non_private": {"max_epochs": 3}, "dp_sgd": {"epochs": 1, "epsilons": [1.0]}}}))
+                         "non_private": {"max_epochs": 3},
+                         "dp_sgd": {"epochs": 1, "epsilons": [1.0], "batch_size": 16}}}))
         out = subprocess.run([str(BIN / "privehr"), "run", "--config", str(config), "--json"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=400)
         assert out.returncode == 0, out.stderr[-3000:]

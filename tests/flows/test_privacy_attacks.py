@@ -22,6 +22,9 @@ from privehr.core.config import PipelineConfig
 from privehr.core.errors import InputError
 from privehr.io.demo_data import write_demo_ehr
 from privehr.io.privacy_ledger import ledger_totals, read_ledger
+from privehr.models.privacy.release_plan import ReleasePlan
+
+from oracles.ledger_race import reserve_at_the_barrier
 
 # validation off: these attacks are on the ledger and the noise, and GX cost 4-12 s a run
 GRID = {"validation": {"enabled": False}, "labels": ["mort_icu"],
@@ -103,27 +106,15 @@ def test_a_reused_run_id_is_a_new_release_never_a_free_one(tmp_path, small_extra
     assert len(releases) == len(set(releases))
 
 
-def _reserve_in_another_process(ledger: str, budget: float, barrier, results) -> None:
-    from privehr.models.privacy.release_plan import ReleasePlan
-    from privehr.io.privacy_ledger import Ledger, reserve
-
-    plan = ReleasePlan.for_epochs(1000, batch_size=100, epochs=2, target_epsilon=1.0, delta=1e-5)
-    barrier.wait()  # both runs check at the same moment
-    try:
-        reserve(Ledger(ledger), "dataset-1", f"run-{multiprocessing.current_process().name}",
-                {"fit": plan.ledger_entry("dp", "final fit")}, budget, 1e-5, False, "grid release(s)")
-        results.put("reserved")
-    except InputError as err:
-        results.put(str(err))
-
-
 def test_two_runs_at_once_cannot_both_spend_the_budget(tmp_path):
     """(b) Two processes check a budget of 1.2 at once, each planning epsilon ~1 (two compose to ~1.23): one is
     refused, and it saw the other's reservation; the ledger never exceeds the budget."""
+    # each run plans its release as a run would (the same plan: calibrated once, here); the race is in the ledger
+    plan = ReleasePlan.for_epochs(1000, batch_size=100, epochs=2, target_epsilon=1.0, delta=1e-5)
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(2), ctx.Queue()
     ledger = str(tmp_path / "ledger.jsonl")
-    workers = [ctx.Process(target=_reserve_in_another_process, args=(ledger, 1.2, barrier, results), name=str(i))
+    workers = [ctx.Process(target=reserve_at_the_barrier, args=(ledger, 1.2, plan, barrier, results), name=str(i))
                for i in range(2)]
     for w in workers:
         w.start()

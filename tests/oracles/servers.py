@@ -21,12 +21,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def stop(process: subprocess.Popen) -> None:
-    """SIGTERM the process group (the server runs uvicorn in a child), SIGKILL it after 30 s."""
+def stop(process: subprocess.Popen, grace_s: float = 30) -> None:
+    """SIGTERM the process group (the server runs uvicorn in a child), SIGKILL it after ``grace_s`` seconds."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sig)
-            process.wait(timeout=30)
+            process.wait(timeout=grace_s if sig == signal.SIGTERM else 30)
             return
         except ProcessLookupError:
             return
@@ -35,8 +35,9 @@ def stop(process: subprocess.Popen) -> None:
 
 
 @contextmanager
-def prefect_server(home: Path, env: dict | None = None, startup_s: int = 180):
-    """Yield (environment pointing at the server, port); the server's database is ``home / "prefect.db"``."""
+def prefect_server(home: Path, env: dict | None = None, startup_s: int = 180, stop_grace_s: float = 30):
+    """Yield (environment pointing at the server, port); the server's database is ``home / "prefect.db"``; at the
+    end the server has ``stop_grace_s`` seconds to stop on SIGTERM before it is killed."""
     port = free_port()
     env = {**(os.environ if env is None else env), "PREFECT_HOME": str(home),
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
@@ -55,4 +56,4 @@ def prefect_server(home: Path, env: dict | None = None, startup_s: int = 180):
             raise RuntimeError(f"the Prefect server did not start within {startup_s} s")
         yield env, port
     finally:
-        stop(server)
+        stop(server, stop_grace_s)
