@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from prefect import task
 
-from privehr.models.synthesis.derived_columns import add_derived
+from privehr.models.data.derived_columns import add_derived
 from privehr.models.data.mice import MICEImputer
 from privehr.models.data.patient_split import hash_split
 from privehr.models.inference.rubins_rules import pool

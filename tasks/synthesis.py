@@ -44,7 +44,7 @@ from privehr.io.ehr_table import read_ehr_table
 from privehr.io.privacy_ledger import Ledger, record_release
 from privehr.models.synthesis.codec import TableCodec
 from privehr.models.data.mice import MICEImputer
-from privehr.models.synthesis.derived_columns import add_derived
+from privehr.models.data.derived_columns import add_derived
 from privehr.models.synthesis.missingness import (indicator_names, missingness_spec, placeholder, restore_missing,
                                                   with_indicators)
 from privehr.models.synthesis.marginal import marginal_available

@@ -214,7 +214,7 @@ def test_any_string_is_a_checked_tree_or_one_line_and_a_tree_computes(tokens, se
     import numpy as np
     import pandas as pd
 
-    from privehr.models.synthesis.derived_columns import evaluate
+    from privehr.models.data.derived_columns import evaluate
 
     expression = sep.join(tokens)
     frame = pd.DataFrame({"age": [40.0, 0.0, np.nan], "d": [1.0, -2.0, 0.0], "s": [3.0, 0.0, 9.0],
@@ -248,7 +248,7 @@ def test_every_expression_of_the_language_is_accepted_and_computes_one_number_pe
     import numpy as np
     import pandas as pd
 
-    from privehr.models.synthesis.derived_columns import evaluate
+    from privehr.models.data.derived_columns import evaluate
 
     frame = pd.DataFrame({"age": [40.0, 0.0, np.nan], "d": [1.0, -2.0, 0.0], "s": [3.0, 0.0, 9.0],
                           "m": [0.0, 1.0, 2.0]})

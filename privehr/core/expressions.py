@@ -5,7 +5,7 @@ An expression holds names of columns, numbers, ``+ - * / ** // %``, comparisons 
 :data:`FUNCTIONS`, called with positional arguments. Anything else (attribute access, subscripts, text, lambdas,
 comprehensions, keyword arguments, pandas' ``@`` variables, names starting with ``__``) is refused. A spec is a file
 a steward may receive from someone else: what it computes is checked here, at validation, and evaluated by
-:func:`privehr.models.synthesis.derived_columns.add_derived` from the checked tree alone.
+:func:`privehr.models.data.derived_columns.add_derived` from the checked tree alone.
 
 >>> type(parse_expression("2 / 3 * d + 1 / 3 * s", ["d", "s"]).body).__name__
 'BinOp'

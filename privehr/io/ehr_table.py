@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from privehr.models.data import quarantine as q
-from privehr.models.synthesis.derived_columns import derived_sources
+from privehr.models.data.derived_columns import derived_sources
 from privehr.core.errors import InputError
 from privehr.core.specs import EHRTableSpec
 

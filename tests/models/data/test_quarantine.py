@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 
 from privehr.models.data import quarantine as q
-from privehr.models.synthesis.derived_columns import add_derived
+from privehr.models.data.derived_columns import add_derived
 from privehr.simulate.ehr_simulator import HARROD_TABLE1, simulate_ehr_table
 from privehr.models.data.hourly_profile import VariableProfile, stay_keys
 from privehr.core.specs import DerivedColumn, VariableBounds

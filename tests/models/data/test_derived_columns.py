@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from privehr.core.specs import load_ehr_spec
-from privehr.models.synthesis.derived_columns import add_derived, derived_sources, evaluate
+from privehr.models.data.derived_columns import add_derived, derived_sources, evaluate
 
 
 @pytest.fixture()
