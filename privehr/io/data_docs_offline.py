@@ -29,20 +29,34 @@ __all__ = ["make_offline", "EXTERNAL_RESOURCE"]
 # a URL of another host: an http(s) scheme (from a file:// page a browser reads "https:host" and "https:\\host" as
 # https://host too), or scheme-relative ("//host", "\\host"); blanks before it are ignored, by browsers as here
 _EXTERNAL = r"""\s*(?:https?:|[/\\]{2})"""
-# a quote that may open a CSS url: " or ', or their entities inside a style="..." attribute
-_QUOTE = r"""(?:["']|&quot;|&\#0*39;|&\#x0*27;|&apos;)"""
-_CSS_URL = rf"""url\(\s*{_QUOTE}?{_EXTERNAL}"""
-_CSS_IMPORT = rf"""@import\s+(?:url\(\s*)?{_QUOTE}?{_EXTERNAL}"""
-# a script, stylesheet or image fetched from another host, or a CSS url() or @import of one (what a page loads by
-# itself, without a click); a CSS url in a page's text is matched too (better a false alarm than a missed request)
-EXTERNAL_RESOURCE = re.compile(rf"""<(?:script|link|img)\b[^>]*?\b(?:src|srcset|href)\s*=\s*["']?{_EXTERNAL}"""
-                               rf"""|{_CSS_URL}|{_CSS_IMPORT}""", re.IGNORECASE)
+# a quote that may open a CSS url or string: " or ', or their entities inside a style="..." attribute (markupsafe
+# writes &#34; and &#39;)
+_QUOTE = r"""(?:["']|&quot;|&\#0*3[49];|&\#x0*2[27];|&apos;)"""
+# CSS that fetches something: url(, @import, or a string image-set()/image() takes as a URL; a comment may come
+# between (url(/**/"https://..."))
+_COMMENT = r"""(?:\s|/\*.*?\*/)*"""
+_CSS_URL = rf"""url\({_COMMENT}{_QUOTE}?{_EXTERNAL}"""
+_CSS_IMPORT = rf"""@import{_COMMENT}(?:url\({_COMMENT})?{_QUOTE}?{_EXTERNAL}"""
+_CSS_IMAGE_SET = rf"""image(?:-set)?\((?:[^()]|\([^()]*\))*?{_QUOTE}{_EXTERNAL}"""
+# a srcset names several images: any of them on another host
+_SRCSET = rf"""\bsrcset\s*=\s*["'][^"']*?(?:^|[\s,"']){_EXTERNAL}"""
+# a script, stylesheet or image fetched from another host, or a CSS url(), @import or image-set() of one (what a
+# page loads by itself, without a click); CSS in a page's text is matched too (a false alarm over a missed request)
+EXTERNAL_RESOURCE = re.compile(rf"""<(?:script|link|img|source)\b[^>]*?(?:\b(?:src|href)\s*=\s*["']?{_EXTERNAL}"""
+                               rf"""|{_SRCSET})|{_CSS_URL}|{_CSS_IMPORT}|{_CSS_IMAGE_SET}""",
+                               re.IGNORECASE | re.DOTALL)
 _SCRIPT = re.compile(r"<script\b.*?</script>", re.IGNORECASE | re.DOTALL)
 _EXTERNAL_LINK = re.compile(rf"""<link\b[^>]*?\bhref\s*=\s*["']?{_EXTERNAL}[^>]*>""", re.IGNORECASE)
-_EXTERNAL_IMG = re.compile(rf"""<img\b[^>]*?\b(?:src|srcset)\s*=\s*["']?{_EXTERNAL}[^>]*>""", re.IGNORECASE)
-# in CSS: an @import of another host (the whole rule) and a url() of another host (up to its first ")")
-_CSS_EXTERNAL_IMPORT = re.compile(rf"""{_CSS_IMPORT}[^;]*;?""", re.IGNORECASE)
-_CSS_EXTERNAL_URL = re.compile(rf"""{_CSS_URL}[^)]*\)""", re.IGNORECASE)
+_EXTERNAL_IMG = re.compile(rf"""<(?:img|source)\b[^>]*?(?:\bsrc\s*=\s*["']?{_EXTERNAL}|{_SRCSET})[^>]*>""",
+                           re.IGNORECASE)
+# CSS tokens, whole: a comment, a quoted string (escapes inside), a url() (quoted or not), an @import rule
+_CSS_STRING = r""""(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'"""
+_CSS_COMMENT = re.compile(r"/\*.*?\*/", re.DOTALL)
+_CSS_URL_TOKEN = re.compile(rf"""url\(\s*(?P<target>{_CSS_STRING}|[^)"'\s]*)\s*\)""", re.IGNORECASE)
+_CSS_IMPORT_RULE = re.compile(rf"""@import\s*(?P<target>{_CSS_STRING}|url\(\s*(?:{_CSS_STRING}|[^)"'\s]*)\s*\))"""
+                              rf"""(?:{_CSS_STRING}|[^;"'])*;?""", re.IGNORECASE)
+_CSS_STRING_TOKEN = re.compile(_CSS_STRING)
+_IS_EXTERNAL = re.compile(rf"""^(?:url\(\s*)?["']?{_EXTERNAL}""", re.IGNORECASE)
 _STYLE_BLOCK = re.compile(r"(<style\b[^>]*>)(.*?)(</style>)", re.IGNORECASE | re.DOTALL)
 _STYLE_ATTR = re.compile(r"""(\bstyle\s*=\s*)("[^"]*"|'[^']*')""", re.IGNORECASE)
 _EMPTY_TABLE = re.compile(r"""<table\s+id="(?P<id>[^"]+)"(?P<attrs>[^>]*)data-toggle="table"\s*>\s*</table>""")
@@ -84,16 +98,39 @@ def make_offline(site: str | Path) -> int:
 
 
 def _local_page_css(page: str) -> str:
-    """The HTML ``page`` with :func:`_local_css` applied to its ``<style>`` blocks and ``style=`` attributes."""
+    """The HTML ``page`` with :func:`_local_css` applied to its ``<style>`` blocks and ``style=`` attributes (an
+    attribute's entities read first and written back escaped; an attribute without an external reference is left
+    byte for byte)."""
     page = _STYLE_BLOCK.sub(lambda m: m[1] + _local_css(m[2]) + m[3], page)
-    return _STYLE_ATTR.sub(lambda m: m[1] + _local_css(m[2]), page)
+    return _STYLE_ATTR.sub(lambda m: m[1] + _local_attribute(m[2]), page)
+
+
+def _local_attribute(quoted: str) -> str:
+    quote, css = quoted[0], html.unescape(quoted[1:-1])
+    local = _local_css(css)
+    return quoted if local == css else quote + html.escape(local, quote=True) + quote
 
 
 def _local_css(css: str) -> str:
-    """``css`` with every ``@import`` of another host dropped and every ``url(...)`` of another host made ``none``
-    (a valid value wherever CSS takes an image: ``background: none 0 0 no-repeat`` draws nothing)."""
-    css = _CSS_EXTERNAL_IMPORT.sub("", css)
-    return _CSS_EXTERNAL_URL.sub("none", css)
+    """``css`` with every ``@import`` of another host dropped, every ``url(...)`` of another host made ``none`` (a
+    valid value wherever CSS takes an image: ``background: none 0 0 no-repeat`` draws nothing) and any other string
+    naming another host (``image-set("https://...")``) emptied. Read as tokens: a ")" or ";" inside a quoted URL
+    does not end it, and comments (which could hide a quote) go first."""
+    if not EXTERNAL_RESOURCE.search(css):
+        return css
+    css = _CSS_COMMENT.sub("", css)
+    css = _CSS_IMPORT_RULE.sub(lambda m: "" if _external(m["target"]) else m[0], css)
+    css = _CSS_URL_TOKEN.sub(lambda m: "none" if _external(m["target"]) else m[0], css)
+    return _CSS_STRING_TOKEN.sub(lambda m: '""' if _external(m[0]) else m[0], css)
+
+
+def _external(target: str) -> bool:
+    """Whether a CSS url() argument, @import target or string (quotes and escapes as written) names another host."""
+    if target[:4].lower() == "url(":
+        target = target[4:-1].strip()
+    text = target[1:-1] if target[:1] in "\"'" and len(target) > 1 else target
+    text = re.sub(r"\\(.)", r"\1", text)  # CSS escapes: h\ttps is https
+    return bool(_IS_EXTERNAL.match(text))
 
 
 def _static_table(match: re.Match, page: str) -> str:

@@ -77,3 +77,32 @@ def test_a_page_rewritten_before_css_was_handled_loses_its_external_css_url(tmp_
     page.write_text(PAGE.replace("<style>", "<style>/* privehr: Data Docs offline */", 1))
     assert make_offline(tmp_path) == 0  # not rewritten again ...
     assert "cdn.example.org" not in page.read_text()  # ... but its CSS is made local
+
+
+TRICKY = """<html><head><style>
+@import url('https://fonts.example.org/css2?family=Roboto:wght@300;400&display=swap');
+body{color:red}
+.a{background:url("https://cdn.example.org/a(1).png") no-repeat}.b{color:blue}
+.c{background-image:image-set("https://cdn.example.org/c.png" 1x)}
+.d{background:url(/**/"https://cdn.example.org/d.png")}
+.e{content:"a;b)c"}
+</style></head><body>
+<div style="background:url(&#34;https://cdn.example.org/w.png&#34;)">w</div>
+<div style="background:url(&#x22;https://cdn.example.org/x.png&#x22;) 0 0">x</div>
+<img src="static/a.png" srcset="static/a.png 1x, https://cdn.example.org/b.png 2x">
+</body></html>"""
+
+
+def test_quoted_urls_escaped_quotes_comments_and_srcsets_are_read_whole(tmp_path):
+    """A review's cases: a ';' or ')' inside a quoted URL ended the match early (the rules after it were lost), an
+    entity-escaped quote (markupsafe's &#34;), a comment before the quote, image-set() and a srcset's second entry
+    went unseen. Each is found, neutralised, and the CSS around it survives."""
+    assert len(EXTERNAL_RESOURCE.findall(TRICKY)) == 7
+    (tmp_path / "index.html").write_text(TRICKY)
+    assert make_offline(tmp_path) == 1
+    text = (tmp_path / "index.html").read_text()
+    assert "example.org" not in text and not EXTERNAL_RESOURCE.search(text)
+    for kept in ("body{color:red}", ".b{color:blue}", '.e{content:"a;b)c"}', ".a{background:none no-repeat}",
+                 ".d{background:none}"):
+        assert kept in text, kept
+    assert 'style="background:none 0 0"' in text
