@@ -169,7 +169,12 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
 
 def _why_not_recalibrated(evaluation: dict) -> str:
     """Why a model's risks were left as they are: the card's DP calibration says so."""
-    if (evaluation.get("informative") or {}).get("calibration_slope"):
+    intervals = evaluation.get("intervals") or {}
+    (b_low, b_high), (a_low, a_high) = (intervals.get(k) or (None, None) for k in ("calibration_slope",
+                                                                                  "calibration_intercept"))
+    holds = lambda low, high, v: low is not None and high is not None and low <= v <= high  # noqa: E731
+    if (evaluation.get("informative") or {}).get("calibration_slope") and holds(b_low, b_high, 1) \
+            and holds(a_low, a_high, 0):
         return ("its DP calibration is consistent with a calibrated model (the slope's interval holds 1 and the "
                 "intercept's holds 0): recalibrating would only add the fit's noise")
     return ("its DP calibration slope is not informative (or the bundle predates recalibration): recalibrating by "

@@ -50,7 +50,7 @@ class Registry(Generic[T]):
                              f"{self.declared})")
         if cls.name in self._items:
             raise ValueError(f"{self.what} {cls.name!r} is registered twice")
-        missing = [a for a in self.requires if not getattr(cls, a, None)]
+        missing = [a for a in self.requires if not cls.__dict__.get(a)]  # its own: not a parent's
         if missing:
             raise ValueError(f"{self.what} {cls.name!r} does not set {', '.join(missing)}")
         self._items[cls.name] = cls

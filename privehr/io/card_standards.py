@@ -52,7 +52,7 @@ TRIPOD_AI = [
     ("12g", "How predictions are calculated (the model object)", ["models.file"]),
     ("15", "Model output: a risk at the end of the window", ["intended_use"]),
     ("16", "Development versus evaluation data (one source, split)", ["cohort.definition", "counts.stays"]),
-    ("21", "Records and outcome events in the evaluation (DP)", ["models.evaluation.records",
+    ("21", "Records and outcome events in the evaluation", ["models.evaluation.records",
                                                                  "models.evaluation.prevalence"]),
     ("22", "Model specification for use by others", ["models.file", "models.plan"]),
     ("23a", "Performance with intervals (overall; no subgroups)",

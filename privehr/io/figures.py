@@ -16,10 +16,17 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from privehr.models.evaluation.mixed_fidelity import is_discrete  # noqa: E402
-from privehr.models.methods import method_display_name  # noqa: E402
 
 __all__ = ["plot_auroc_vs_epsilon", "auroc_vs_epsilon_figure", "plot_expm_boxplots", "plot_synthesis_utility", "plot_reliability",
            "plot_subgroup_cost", "marginal_histograms"]
+
+
+def _label(method: str) -> str:
+    """A method's figure label, from its class (imported here: the training methods load torch, which reading the
+    figures module need not)."""
+    from privehr.models.methods import method_display_name
+
+    return method_display_name(method, figure=True)
 
 
 def _save(fig, path: Path, dpi: int = 120) -> None:
@@ -59,7 +66,7 @@ def auroc_vs_epsilon_figure(summary: pd.DataFrame):
         for (method, loss), line in private.groupby(["method", "loss"]):
             line = line.sort_values("target_epsilon")
             ax.plot(line["target_epsilon"], line["auroc_median"], marker="o",
-                    label=f"{method_display_name(method, figure=True)} ({loss})")
+                    label=f"{_label(method)} ({loss})")
         baseline = part[part["method"] == "non_private"]
         if len(baseline):
             ax.axhline(baseline["auroc_median"].max(), linestyle="--", color="black", label="non-private")
@@ -203,7 +210,7 @@ def plot_reliability(cells: list[dict], path: Path) -> Path | None:
             points = c["reliability"]
             style = "--" if c["method"] == "non_private" else "-"
             ax.plot([p["predicted"] for p in points], [p["observed"] for p in points], style, marker=".",
-                    label=f"{method_display_name(c['method'], figure=True)} ({c['loss']}), "
+                    label=f"{_label(c['method'])} ({c['loss']}), "
                           f"{_eps_text(c['target_epsilon'])}: ECE {c['ece']:.3f}")
         ax.plot([0, 1], [0, 1], "k:", label="perfect calibration")
         _dress(ax, "mean predicted probability (bin)", "observed rate (bin)", label, model, legend_size=6)
@@ -249,7 +256,7 @@ def plot_subgroup_cost(costs: list[dict], path: Path) -> Path | None:
         ax.set_ylabel("non-private - private AUROC\n(hatched: interval holds 0)", fontsize=8)
         ax.legend(handles=[Patch(color=f"C{i}", label=_eps_text(eps)) for i, eps in enumerate(epsilons)], fontsize=7)
         ax.set_title(f"privacy cost by subgroup: {label}, {model.replace('_', ' ')}, "
-                     f"{method_display_name(method, figure=True)} ({loss})", fontsize=9)
+                     f"{_label(method)} ({loss})", fontsize=9)
         ax.grid(alpha=0.3, axis="y")
     _save(fig, path, dpi=110)
     return path

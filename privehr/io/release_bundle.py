@@ -312,6 +312,11 @@ def _card_problems(bundle: Path, manifest: dict, files: dict, listed: dict) -> l
         problems.append("the card's counts are not counts.json's")
     if isinstance(counts, dict) and counts.get("source") != files["counts.json"].get("source"):
         problems.append("counts.json: its source is not the one the manifest lists for it")
+    test_count = ((counts or {}).get("stays") or {}).get("test") if isinstance(counts, dict) else None
+    for m in card.get("models") or []:
+        e = m.get("evaluation") if isinstance(m, dict) else None
+        if isinstance(e, dict) and e.get("records_source") == "record count" and e.get("records") != test_count:
+            problems.append(f"{m.get('cell_id')}: the card's test count is not counts.json's")
     named = set(BUNDLE_FILES)
     if card.get("kind") == "synthetic tables":
         named |= {f for t in card["tables"] for f in t["files"]}
@@ -465,6 +470,13 @@ DP_METRICS = (("auroc", "AUROC"), ("auprc", "AUPRC"), ("prevalence", "prevalence
               ("calibration_slope", "calibration slope"), ("calibration_intercept", "calibration intercept"))
 
 
+def _count_source(card: dict) -> str:
+    """How the card's test count was made: a DP count or the exact one a spec declared public (counts.json)."""
+    source = (card.get("counts") or {}).get("source")
+    return {"dp": " (counts.json's DP count)", "public": " (counts.json's exact count, declared public)"}.get(
+        source, " (counts.json's count)")
+
+
 def _dp_metric(e: dict, key: str, name: str) -> str:
     """One DP metric as the card prints it: the number and its interval, or why there is no number."""
     low, high = e["intervals"][key]
@@ -505,7 +517,7 @@ def render_card(card: dict) -> str:
                   f"{m['plan']['steps']} steps, clip {m['plan']['max_grad_norm']:g}); epsilon "
                   f"{_fmt(m['plan']['epsilon'])} alone.",
                   f"- DP evaluation on about {e['records']:.0f} test stays"
-                  + (" (the released count)" if e.get("records_source") == "record count" else "")
+                  + (_count_source(card) if e.get("records_source") == "record count" else "")
                   + (f" at epsilon {_fmt(e['epsilon'])}" if e.get("epsilon") is not None else "") + ": "
                   + ", ".join(_dp_metric(e, key, name) for key, name in DP_METRICS if key in e["intervals"])
                   + f" ({round(e['confidence'] * 100)} % intervals: test sampling and DP noise).", ""]

@@ -269,3 +269,24 @@ def test_release_show_on_a_bad_bundle_is_one_line_and_exit_2_and_never_shows_the
     lines = (out.out + out.err).strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in lines[0]
     assert "a better model" not in out.out + out.err and "## " not in out.out
+
+
+def test_a_card_whose_test_count_is_not_counts_json_fails_verify(made):
+    """The DP evaluation is read at counts.json's released test count; a card that names another count (a forger's
+    rounder number, or the exact one) is refused, and the card says which count it is."""
+    from privehr.io.release_bundle import render_card
+
+    bundle = made["bundle"]
+    card = json.loads((bundle / "card.json").read_text())
+    counts = json.loads((bundle / "counts.json").read_text())
+    assert all(m["evaluation"]["records_source"] == "record count"
+               and m["evaluation"]["records"] == counts["stays"]["test"] for m in card["models"])
+    assert "test stays (counts.json's DP count)" in render_card(card)
+
+    def edit(manifest):
+        for m in manifest["card"]["models"]:
+            m["evaluation"]["records"] += 7
+        (bundle / "card.json").write_text(json.dumps(manifest["card"]))
+    _forge(bundle, edit, Ed25519PrivateKey.generate())
+    problems = verify_bundle(bundle)["problems"]
+    assert any("the card's test count is not counts.json's" in p for p in problems), problems

@@ -68,7 +68,7 @@ def make_bundle(tmp_path: Path, count_source: str = "dp", variables: list[str] |
         y = rng.integers(0, 2, test_records)
         histograms = noisy_histograms(np.clip(0.3 + 0.4 * y + rng.normal(0, 0.2, test_records), 0, 1), y, 10, 2.0,
                                       rng)
-        metrics = metrics_from_histograms(histograms, 0.95, 50).as_dict()
+        metrics = metrics_from_histograms(histograms, 0.95, 50, records=test_records).as_dict()  # counts.json's
         evaluations[cell] = {"release": evaluation.release, "histograms": histograms.as_dict(), "metrics": metrics}
         sources[f"models/{cell}.pt"] = {"source": "dp", "releases": [fit.release], "about": "a bundled model"}
         models.append({"cell_id": cell, "file": f"models/{cell}.pt", "label": label,
@@ -81,7 +81,7 @@ def make_bundle(tmp_path: Path, count_source: str = "dp", variables: list[str] |
                   "delta_fill": 100.0, "source": "public", "window_hours": N_HOURS,
                   "gap_hours": 6, "mask_beyond_outlier_bounds": False, "outlier_low": None, "outlier_high": None,
                   "note": "public statistics"}
-    counts = {"source": count_source, "stays": {"train": 300, "dev": 50, "test": 50},
+    counts = {"source": count_source, "stays": {"train": 300, "dev": 50, "test": test_records},
               "epsilon": 0.1 if count_source == "dp" else None}
     (out / "featurizer.json").write_text(strict_dumps(featurizer, indent=1))
     (out / "counts.json").write_text(strict_dumps(counts, indent=1))

@@ -259,3 +259,16 @@ def test_every_call_of_a_method_or_synthesizer_takes_at_most_five_arguments():
                     continue
                 parameters = [p for p in inspect.signature(member).parameters if p != "self"]
                 assert len(parameters) <= 5, f"{name}.{attribute} takes {len(parameters)} arguments"
+
+
+def test_a_subclass_must_name_itself_not_inherit_its_parents_name(monkeypatch):
+    """A new method that subclasses DP-SGD and forgets its display name would show as "DP-SGD" in every table."""
+    from privehr.models.methods.dp_sgd import DPSGD
+
+    class Variant(DPSGD):
+        name = "dp_sgd_variant"
+
+    monkeypatch.setattr(TRAINING_METHODS, "declared", (*TRAINING_METHODS.declared, "dp_sgd_variant"))
+    monkeypatch.setattr(TRAINING_METHODS, "_items", dict(TRAINING_METHODS._items))
+    with pytest.raises(ValueError, match="does not set display_name"):
+        register_method(Variant)
