@@ -52,7 +52,8 @@ one run in ten still releases one: two 95 % intervals). It is fitted inside the 
 same test split the card reports, so the card's metrics are not an independent check of the recalibrated risks.
 
 **Saying what it knows.** A metric whose interval is wider than ``informative_width`` (0.2) is flagged not
-informative, with about how many test records would narrow it to that width at the same noise: the
+informative (prevalence also where its interval reaches 0 or is wider than twice the estimate: a rare outcome's
+narrow interval at 0 shows nothing), with about how many test records would narrow it to that width at the same noise: the
 bootstrap is run apart for the noise alone and for the sampling alone (the calibration fits have the two
 variances apart already), the noise's width scales as 1/n and
 the sampling's as 1/sqrt(n), and :func:`needed_records` solves for n. The card prints such a metric as "not
@@ -554,10 +555,15 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
         sampling = _metrics(counts[:, :bins].astype(float), counts[:, bins:].astype(float), starts, predicted)
         noise_only = _metrics(cells[:bins] + noise[:, :bins], cells[bins:] + noise[:, bins:], starts, predicted)
         for k, (low, high) in intervals.items():
-            informative[k] = bool(math.isfinite(low) and math.isfinite(high) and high - low <= informative_width)
+            # prevalence: a rare outcome's interval may be narrow and still reach 0 (the demo's mortality printed
+            # "prevalence 0.000 [0.000, 0.128]"); it informs only where it shows the positives exist, so its width
+            # must also be under twice the estimate
+            width = informative_width if k != "prevalence" else min(informative_width, 2 * max(point[k], 0.0))
+            informative[k] = bool(math.isfinite(low) and math.isfinite(high) and high - low <= width
+                                  and (k != "prevalence" or low > 0))
             if not informative[k]:
                 needed[k] = needed_records(_width(noise_only[k], confidence), _width(sampling[k], confidence),
-                                           total, informative_width)
+                                           total, width) if width > 0 else None
     z = float(NormalDist().inv_cdf(1 - (1 - confidence) / 2))
     x = calibration_abscissae(edges, valid_neg + valid_pos, float(h.noise_multiplier))
     fits = _calibration_inference(neg, pos, x, float(h.noise_multiplier), z)

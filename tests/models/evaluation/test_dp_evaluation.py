@@ -420,3 +420,19 @@ def test_a_released_record_count_sets_the_size_the_intervals_and_needed_counts_a
     assert width(large) < width(small)  # ten times the records: the sampling part shrinks
     assert small.needed_records["prevalence"] > 400 and large.needed_records["prevalence"] != small.needed_records[
         "prevalence"]
+
+
+def test_a_prevalence_interval_that_reaches_zero_is_not_informative():
+    """The demo's mortality card printed "prevalence 0.000 [0.000, 0.128]": narrower than 0.2, so flagged, yet it
+    cannot tell a 7 % outcome from none. A prevalence informs only where its interval shows positives exist."""
+    rng = np.random.default_rng(21)
+    p = rng.uniform(0, 1, 550)
+    y = (rng.random(550) < 0.07).astype(int)
+    m = metrics_from_histograms(noisy_histograms(p, y, 30, 8.0, rng), resamples=300, records=550)
+    low, high = m.intervals["prevalence"]
+    assert low == 0.0 and high - low <= 0.2  # the case: narrow enough for the old rule, and at 0
+    assert not m.informative["prevalence"] and m.needed_records["prevalence"] > 550
+    p = rng.uniform(0, 1, 2000)
+    common = (rng.random(2000) < 0.4).astype(int)  # a common outcome on more stays: a number with its interval
+    m = metrics_from_histograms(noisy_histograms(p, common, 30, 8.0, rng), resamples=300, records=2000)
+    assert m.informative["prevalence"] and m.intervals["prevalence"][0] > 0
