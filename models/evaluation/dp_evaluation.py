@@ -308,7 +308,7 @@ def _logistic_fit(neg: np.ndarray, pos: np.ndarray, x: np.ndarray, slope: bool) 
 def _calibration(neg: np.ndarray, pos: np.ndarray, x: np.ndarray,
                  with_intercept: bool = False) -> tuple[np.ndarray, ...]:
     """(slope, intercept-in-the-large) of the bins' counts (the noisy ones as released: see :func:`_logistic_fit`)
-    against their logit midpoints ``x``, vectorised over leading axes; nan where a class has under one record, the
+    against their abscissae ``x`` (:func:`calibration_abscissae`), vectorised over leading axes; nan where a class has under one record, the
     slope where under ``CALIBRATION_MIN_BINS`` bins hold a record, and either where its fit does not converge (its
     last full Newton step above ``CALIBRATION_TOLERANCE``, an information matrix that is singular or not positive
     definite, or a value beyond ``CALIBRATION_LIMIT``). ``with_intercept``: also the two-parameter fit's own
@@ -375,7 +375,9 @@ def _calibration_inference(neg: np.ndarray, pos: np.ndarray, x: np.ndarray, nois
     on its own width, a calibrated model's slope was printed at a median of 0.87 with an interval covering the
     truth in 41 % of runs near the threshold (25,000 records, noise sd 7.7; a review's 1,000 runs). The width is
     therefore also computed at the interval's upper end (the intercept refitted there), and the caller flags the
-    slope informative only where both are narrow enough."""
+    slope informative only where both are narrow enough. That moves the threshold up rather than removing the
+    selection: for logit x 2 at sd 7.7, 80 % of the printed intervals covered the truth at 8,000 records and 97 % at
+    10,000, and those that miss stay within 5 % of all runs."""
     slope, intercept, a = (float(v) for v in _calibration(neg, pos, x, with_intercept=True))
     out = {}
     for name, point, fit_a, fit_b, is_slope in (("calibration_slope", slope, a, slope, True),

@@ -39,7 +39,7 @@ _CSS_URL = rf"""url\({_COMMENT}{_QUOTE}?{_EXTERNAL}"""
 _CSS_IMPORT = rf"""@import{_COMMENT}(?:url\({_COMMENT})?{_QUOTE}?{_EXTERNAL}"""
 _CSS_IMAGE_SET = rf"""image(?:-set)?\((?:[^()]|\([^()]*\))*?{_QUOTE}{_EXTERNAL}"""
 # a srcset names several images: any of them on another host
-_SRCSET = rf"""\bsrcset\s*=\s*["'][^"']*?(?:^|[\s,"']){_EXTERNAL}"""
+_SRCSET = rf"""\bsrcset\s*=\s*["']?(?:[^"'>]*?[\s,])?{_EXTERNAL}"""
 # a script, stylesheet or image fetched from another host, or a CSS url(), @import or image-set() of one (what a
 # page loads by itself, without a click); CSS in a page's text is matched too (a false alarm over a missed request)
 EXTERNAL_RESOURCE = re.compile(rf"""<(?:script|link|img|source)\b[^>]*?(?:\b(?:src|href)\s*=\s*["']?{_EXTERNAL}"""

@@ -90,6 +90,7 @@ body{color:red}
 <div style="background:url(&#34;https://cdn.example.org/w.png&#34;)">w</div>
 <div style="background:url(&#x22;https://cdn.example.org/x.png&#x22;) 0 0">x</div>
 <img src="static/a.png" srcset="static/a.png 1x, https://cdn.example.org/b.png 2x">
+<img srcset="https://cdn.example.org/c.png 1x">
 </body></html>"""
 
 
@@ -97,7 +98,7 @@ def test_quoted_urls_escaped_quotes_comments_and_srcsets_are_read_whole(tmp_path
     """A review's cases: a ';' or ')' inside a quoted URL ended the match early (the rules after it were lost), an
     entity-escaped quote (markupsafe's &#34;), a comment before the quote, image-set() and a srcset's second entry
     went unseen. Each is found, neutralised, and the CSS around it survives."""
-    assert len(EXTERNAL_RESOURCE.findall(TRICKY)) == 7
+    assert len(EXTERNAL_RESOURCE.findall(TRICKY)) == 8
     (tmp_path / "index.html").write_text(TRICKY)
     assert make_offline(tmp_path) == 1
     text = (tmp_path / "index.html").read_text()
