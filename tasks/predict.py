@@ -30,6 +30,7 @@ from privehr.models.classifiers.training import predict_proba
 from privehr.models.data.cohort import stay_labels
 from privehr.models.data.hourly_features import HourlyFeaturizer
 from privehr.models.data.quarantine import mask_outside
+from privehr.models.evaluation.dp_evaluation import shown_miscalibrated
 
 __all__ = ["score_stays", "score_stays_task", "apply_bundle", "load_models"]
 
@@ -161,8 +162,7 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
             "scored": scored, "not_scored": int(len(stays)) - scored, "in_cohort": int(stays["in_cohort"].sum()),
             "models": sorted(loaded), "guarantee": bundle.manifest["guarantee"],
             # how far to trust the risks: each model's DP calibration on its run's test split, as its card says
-            "calibration": {m["cell_id"]: calibration_text(m["evaluation"]) or None
-                            for m in bundle.card.get("models", []) if m["cell_id"] in loaded},
+            "calibration": {c: calibration_text(e) or None for c, e in evaluations.items()},
             "recalibrated": sorted(c for c, r in recalibrations.items() if r),
             "not_recalibrated": {c: _why_not_recalibrated(evaluations[c]) for c, r in recalibrations.items() if not r}}
 
@@ -170,11 +170,10 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
 def _why_not_recalibrated(evaluation: dict) -> str:
     """Why a model's risks were left as they are: the card's DP calibration says so."""
     intervals = evaluation.get("intervals") or {}
-    (b_low, b_high), (a_low, a_high) = (intervals.get(k) or (None, None) for k in ("calibration_slope",
-                                                                                  "calibration_intercept"))
-    holds = lambda low, high, v: low is not None and high is not None and low <= v <= high  # noqa: E731
-    if (evaluation.get("informative") or {}).get("calibration_slope") and holds(b_low, b_high, 1) \
-            and holds(a_low, a_high, 0):
+    defined = all(v is not None and v == v for k in ("calibration_slope", "calibration_intercept")  # not nan
+                  for v in (intervals.get(k) or (None, None)))
+    if (evaluation.get("informative") or {}).get("calibration_slope") and defined \
+            and not shown_miscalibrated(intervals):
         return ("its DP calibration is consistent with a calibrated model (the slope's interval holds 1 and the "
                 "intercept's holds 0): recalibrating would only add the fit's noise")
     return ("its DP calibration slope is not informative (or the bundle predates recalibration): recalibrating by "

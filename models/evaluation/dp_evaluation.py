@@ -97,7 +97,7 @@ from statistics import NormalDist
 import numpy as np
 
 __all__ = ["score_edges", "NoisyHistograms", "noisy_histograms", "DPMetrics", "metrics_from_histograms",
-           "needed_records", "INFORMATIVE_WIDTH"]
+           "needed_records", "shown_miscalibrated", "INFORMATIVE_WIDTH"]
 
 
 def score_edges(bins: int) -> np.ndarray:
@@ -305,14 +305,13 @@ def _logistic_fit(neg: np.ndarray, pos: np.ndarray, x: np.ndarray, slope: bool) 
     return a, b, size
 
 
-def _calibration(neg: np.ndarray, pos: np.ndarray, x: np.ndarray,
-                 with_intercept: bool = False) -> tuple[np.ndarray, ...]:
-    """(slope, intercept-in-the-large) of the bins' counts (the noisy ones as released: see :func:`_logistic_fit`)
-    against their abscissae ``x`` (:func:`calibration_abscissae`), vectorised over leading axes; nan where a class has under one record, the
-    slope where under ``CALIBRATION_MIN_BINS`` bins hold a record, and either where its fit does not converge (its
-    last full Newton step above ``CALIBRATION_TOLERANCE``, an information matrix that is singular or not positive
-    definite, or a value beyond ``CALIBRATION_LIMIT``). ``with_intercept``: also the two-parameter fit's own
-    intercept a (of a + b logit(p): the logistic recalibration's)."""
+def _calibration(neg: np.ndarray, pos: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(slope, intercept-in-the-large, the two-parameter fit's own intercept a of a + b logit(p): the logistic
+    recalibration's) of the bins' counts (the noisy ones as released: see :func:`_logistic_fit`) against their
+    abscissae ``x`` (:func:`calibration_abscissae`), vectorised over leading axes; nan where a class has under one
+    record, the slope (and a) where under ``CALIBRATION_MIN_BINS`` bins hold a record, and any where its fit does
+    not converge (its last full Newton step above ``CALIBRATION_TOLERANCE``, an information matrix that is singular
+    or not positive definite, or a value beyond ``CALIBRATION_LIMIT``)."""
     a, b, size_ab = _logistic_fit(neg, pos, x, slope=True)
     c, _, size_c = _logistic_fit(neg, pos, x, slope=False)  # the intercept with the slope fixed at 1 (an offset)
     enough = (neg.sum(-1) >= 1) & (pos.sum(-1) >= 1)
@@ -321,10 +320,7 @@ def _calibration(neg: np.ndarray, pos: np.ndarray, x: np.ndarray,
     slope = np.where(fitted & np.isfinite(b) & (np.abs(b) < CALIBRATION_LIMIT), b, np.nan)
     intercept = np.where(enough & (size_c <= CALIBRATION_TOLERANCE) & np.isfinite(c) & (np.abs(c) < CALIBRATION_LIMIT),
                          c, np.nan)
-    if with_intercept:
-        return slope, intercept, np.where(np.isfinite(slope) & np.isfinite(a) & (np.abs(a) < CALIBRATION_LIMIT), a,
-                                          np.nan)
-    return slope, intercept
+    return slope, intercept, np.where(np.isfinite(slope) & np.isfinite(a) & (np.abs(a) < CALIBRATION_LIMIT), a, np.nan)
 
 
 def _metrics(neg: np.ndarray, pos: np.ndarray, starts: np.ndarray, predicted: np.ndarray) -> dict[str, np.ndarray]:
@@ -378,7 +374,7 @@ def _calibration_inference(neg: np.ndarray, pos: np.ndarray, x: np.ndarray, nois
     slope informative only where both are narrow enough. That moves the threshold up rather than removing the
     selection: for logit x 2 at sd 7.7, 80 % of the printed intervals covered the truth at 8,000 records and 97 % at
     10,000, and those that miss stay within 5 % of all runs."""
-    slope, intercept, a = (float(v) for v in _calibration(neg, pos, x, with_intercept=True))
+    slope, intercept, a = (float(v) for v in _calibration(neg, pos, x))
     out = {}
     for name, point, fit_a, fit_b, is_slope in (("calibration_slope", slope, a, slope, True),
                                                 ("calibration_intercept", intercept, intercept, 1.0, False)):
@@ -399,15 +395,20 @@ def _calibration_inference(neg: np.ndarray, pos: np.ndarray, x: np.ndarray, nois
     return out
 
 
+def _logit(p: np.ndarray) -> np.ndarray:
+    """log(p / (1 - p)): -inf at 0, inf at 1."""
+    p = np.asarray(p, dtype=float)
+    with np.errstate(divide="ignore"):
+        return np.log(p) - np.log1p(-p)
+
+
 def logit_midpoints(edges: np.ndarray) -> np.ndarray:
     """Each score bin's midpoint on the logit scale, the abscissa of the calibration fits: the edges are equally
     spaced in logit (:func:`score_edges`), so this is where a bin's records lie on average when the logits are
     locally uniform (the logit of the probability midpoint lies off it towards the middle; at 30 bins it moved
     a calibrated model's intercept by 0.02-0.04 in simulation, against 0.01 here). The end bins, open to logit
     -inf and +inf, take their finite edge moved out by half the neighbouring bin's width."""
-    edges = np.asarray(edges, dtype=float)
-    with np.errstate(divide="ignore"):
-        z = np.log(edges) - np.log1p(-edges)
+    z = _logit(edges)
     low, high = z[:-1].copy(), z[1:].copy()
     if not np.isfinite(low[0]):
         low[0] = high[0] - (high[1] - low[1] if low.size > 1 and np.isfinite(low[1]) else 1.0)
@@ -432,7 +433,7 @@ def calibration_abscissae(edges: np.ndarray, totals: np.ndarray, noise_multiplie
     if x.size < 4:
         return x
     inner = slice(1, x.size - 1)
-    h = np.diff(np.log(np.asarray(edges[1:-1], float)) - np.log1p(-np.asarray(edges[1:-1], float)))  # inner widths
+    h = np.diff(_logit(np.asarray(edges)[1:-1]))  # the inner bins' widths
     k = (t[2:] - t[:-2]) / (x[2:] - x[:-2])
     u = k * h / 2
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -484,6 +485,17 @@ def needed_records(noise_width: float, sampling_width: float, records: float, wi
         return None
     x = width ** 2 / b if a == 0 else (-b + math.sqrt(b * b + 4 * a * width ** 2)) / (2 * a)  # x = n / n'
     return int(math.ceil(records / x)) if x > 0 else None
+
+
+def shown_miscalibrated(intervals: dict) -> bool:
+    """Whether calibration intervals (a metrics dict's ``intervals``, as released or read back from JSON) exclude a
+    calibrated model: the slope's excludes 1 or the intercept-in-the-large's excludes 0. A missing or undefined
+    bound (nan, None) excludes nothing."""
+    def excludes(key: str, value: float) -> bool:
+        low, high = (float("nan") if v is None else float(v) for v in (intervals.get(key) or (None, None)))
+        return low > value or high < value
+
+    return excludes("calibration_slope", 1.0) or excludes("calibration_intercept", 0.0)
 
 
 def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamples: int = 1000,
@@ -577,8 +589,7 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
         if not informative[k]:
             needed[k] = needed_records(2 * z * se_noise, 2 * z * se_sampling, total, informative_width)
     slope, intercept = point["calibration_slope"], fits["a"]
-    (slope_low, slope_high), (large_low, large_high) = intervals["calibration_slope"], intervals["calibration_intercept"]
-    miscalibrated = slope_low > 1 or slope_high < 1 or large_low > 0 or large_high < 0  # a nan bound excludes nothing
+    miscalibrated = shown_miscalibrated(intervals)
     recalibration = {"intercept": intercept, "slope": slope} \
         if informative["calibration_slope"] and miscalibrated and math.isfinite(intercept) else None
     return DPMetrics(point["auroc"], point["auprc"], point["prevalence"],
