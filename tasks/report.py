@@ -25,6 +25,7 @@ from privehr.core.strict_json import strict_dumps, strict_json
 from privehr.io.mimic_extract import extract_source
 from privehr.io.pages import page_url
 from privehr.io.privacy_ledger import Ledger, short_dataset, source_patients
+from privehr.io.release_bundle import needed_text
 from privehr.io.report_html import inline_figures, write_report_html
 from privehr.tasks.release_bundle import LABEL_DEFINITIONS
 from privehr.tasks.run_logging import in_prefect_run
@@ -263,9 +264,8 @@ def _bundle_lines(run: RunLayout, runs: list[dict]) -> str:
     f = lambda v: "n/a" if v is None or v != v else f"{v:.3f}"  # noqa: E731
     for m in card["models"]:
         e, (low, high) = m["evaluation"], m["evaluation"]["intervals"]["auroc"]
-        needed = (e.get("needed_records") or {}).get("auroc")
         dp = f"{f(e['auroc'])} [{f(low)}, {f(high)}]" if (e.get("informative") or {}).get("auroc", True) else \
-            f"not informative [{f(low)}, {f(high)}]" + (f", needs about {needed:,} test stays" if needed else "")
+            f"not informative [{f(low)}, {f(high)}]" + needed_text(e, "auroc").replace(";", ",", 1)
         lines.append(f"| {m['cell_id']} | {dp} | {f(exact.get(m['cell_id']))} |")
     return "\n".join(lines) + "\n\n"
 

@@ -97,7 +97,7 @@ from statistics import NormalDist
 import numpy as np
 
 __all__ = ["score_edges", "NoisyHistograms", "noisy_histograms", "DPMetrics", "metrics_from_histograms",
-           "needed_records", "shown_miscalibrated", "INFORMATIVE_WIDTH"]
+           "needed_records", "thin_class_records", "shown_miscalibrated", "INFORMATIVE_WIDTH"]
 
 
 def score_edges(bins: int) -> np.ndarray:
@@ -169,6 +169,11 @@ class DPMetrics:
     recalibration: dict | None = None
     #: where ``records`` comes from: "histograms" (their noisy total) or "record count" (a count already released)
     records_source: str = "histograms"
+    #: how a metric's ``needed_records`` was made where not by scaling its interval's width (it is undefined on
+    #: these counts): "lower bound" (a class under one noisy record: the noise on its count alone,
+    #: :func:`thin_class_records`) or "calibrated model" (a calibration fit with no maximum: the records a
+    #: calibrated model with these scores would need)
+    needed_basis: dict[str, str] = None
 
     def as_dict(self) -> dict:
         return {"auroc": self.auroc, "auprc": self.auprc, "prevalence": self.prevalence, "records": self.records,
@@ -178,6 +183,7 @@ class DPMetrics:
                 "reliability": [dict(b) for b in self.reliability],
                 "intervals": {k: [lo, hi] for k, (lo, hi) in self.intervals.items()}, "confidence": self.confidence,
                 "informative": dict(self.informative or {}), "needed_records": dict(self.needed_records or {}),
+                "needed_basis": dict(self.needed_basis or {}),
                 "informative_width": self.informative_width, "records_source": self.records_source}
 
 
@@ -487,6 +493,54 @@ def needed_records(noise_width: float, sampling_width: float, records: float, wi
     return int(math.ceil(records / x)) if x > 0 else None
 
 
+def thin_class_records(neg: np.ndarray, pos: np.ndarray, noise_multiplier: float, z: float, width: float,
+                       prevalence_interval: tuple[float, float]) -> dict[str, int]:
+    """Lower bounds on the test records the metrics need where one class has under one noisy record (they are
+    undefined, so no width can be scaled as :func:`needed_records` does). From the DP noise alone, sampling and the
+    other class's noise ignored, so more are needed:
+
+    - every metric needs the thin class's count told from none: its noisy total has sd sigma sqrt(bins), so at
+      least z sigma sqrt(bins) of its records (that much makes the prevalence's interval exclude 0 and no wider
+      than twice the estimate, the rule for an informative prevalence);
+    - AUROC is the thin class's mean of w, the share of the other class it outranks (ties one half), by cell:
+      the noise e_i on its cells moves it by sum e_i (w_i - AUROC) / k to first order for k records, sd
+      sigma sqrt(sum (w_i - AUROC)^2) / k >= sigma sqrt(sum (w_i - mean w)^2) / k whatever the thin class's
+      scores; an interval ``width`` wide needs k >= 2 z sigma sqrt(sum (w_i - mean w)^2) / ``width``.
+
+    Records from the thin class's count: k over its largest share the prevalence's interval allows (the upper
+    end for positives, one less the lower end for negatives), so the bound holds to the interval's confidence.
+    ``neg`` and ``pos`` are the counts as released, the other class's shape read off them made non-negative.
+    Empty where neither class, or both, is thin, or the interval gives no share."""
+    totals = float(np.sum(neg)), float(np.sum(pos))
+    if (totals[0] < 1) == (totals[1] < 1) or not noise_multiplier > 0:
+        return {}
+    low, high = prevalence_interval
+    thin_pos = totals[1] < 1
+    share = high if thin_pos else 1 - low
+    other = _nonnegative(np.asarray(neg if thin_pos else pos, dtype=float)[::1 if thin_pos else -1])
+    if not (math.isfinite(share) and share > 0 and other.sum() > 0):
+        return {}
+    w = (np.cumsum(other) - 0.5 * other) / other.sum()
+    count = z * noise_multiplier * math.sqrt(other.size)
+    auroc = 2 * z * noise_multiplier * float(np.sqrt(np.sum((w - w.mean()) ** 2))) / width
+    return {k: int(math.ceil(max(count, auroc if k == "auroc" else 0.0) / share))
+            for k in ("auroc", "auprc", "prevalence", *CALIBRATION)}
+
+
+def _calibrated_needs(neg: np.ndarray, pos: np.ndarray, x: np.ndarray, noise_multiplier: float, z: float,
+                      records: float, width: float) -> dict[str, int | None]:
+    """Where a calibration fit is undefined on the counts (no maximum, or an information that is not positive
+    definite), about how many test records would make its interval ``width`` wide for a calibrated model (slope 1,
+    intercept 0) with these scores: :func:`_standard_errors` at that model on the valid table ``neg``, ``pos``,
+    scaled by :func:`needed_records`. An estimate under that assumption, not a bound: a miscalibrated model needs
+    more or fewer."""
+    out = {}
+    for key, slope in (("calibration_slope", True), ("calibration_intercept", False)):
+        se_s, se_n = _standard_errors(neg, pos, x, 0.0, 1.0, slope, noise_multiplier)
+        out[key] = needed_records(2 * z * se_n, 2 * z * se_s, records, width)
+    return out
+
+
 def shown_miscalibrated(intervals: dict) -> bool:
     """Whether calibration intervals (a metrics dict's ``intervals``, as released or read back from JSON) exclude a
     calibrated model: the slope's excludes 1 or the intercept-in-the-large's excludes 0. A missing or undefined
@@ -588,6 +642,14 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
                               and upper <= informative_width)
         if not informative[k]:
             needed[k] = needed_records(2 * z * se_noise, 2 * z * se_sampling, total, informative_width)
+    basis = {}
+    bounds = thin_class_records(neg, pos, float(h.noise_multiplier), z, informative_width, intervals["prevalence"])
+    for k in (k for k, n in bounds.items() if not informative[k] and needed[k] is None):
+        needed[k], basis[k] = bounds[k], "lower bound"
+    for k, n in _calibrated_needs(valid_neg, valid_pos, x, float(h.noise_multiplier), z, total,
+                                  informative_width).items():
+        if needed[k] is None and n is not None and min(neg.sum(), pos.sum()) >= 1:
+            needed[k], basis[k] = n, "calibrated model"
     slope, intercept = point["calibration_slope"], fits["a"]
     miscalibrated = shown_miscalibrated(intervals)
     recalibration = {"intercept": intercept, "slope": slope} \
@@ -596,4 +658,4 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
                      max(float(neg.sum() + pos.sum()), 0.0) if records is None else float(records),
                      point["ece"], reliability, intervals, float(confidence), informative, needed,
                      float(informative_width), point["calibration_slope"], point["calibration_intercept"],
-                     recalibration, "histograms" if records is None else "record count")
+                     recalibration, "histograms" if records is None else "record count", basis)

@@ -482,11 +482,25 @@ def _dp_metric(e: dict, key: str, name: str) -> str:
     low, high = e["intervals"][key]
     if _informs(e, key):
         return f"{name} {_fmt(e[key])} [{_fmt(low)}, {_fmt(high)}]" if key != "ece" else f"{name} {_fmt(e[key])}"
-    needed = (e.get("needed_records") or {}).get(key)
     defined = _fmt(low) != "n/a" and _fmt(high) != "n/a"  # none where the noisy counts leave it undefined
     return (f"{name} not informative (" + (f"interval [{_fmt(low)}, {_fmt(high)}]" if defined else
                                            "undefined on these noisy counts: a class or score range too thin")
-            + (f"; about {needed:,} test stays would narrow it to {e['informative_width']:g})" if needed else ")"))
+            + needed_text(e, key) + ")")
+
+
+def needed_text(e: dict, key: str) -> str:
+    """How many test stays metric ``key`` of DP evaluation ``e`` would need, as "; ..." after its reason, said as
+    it was made (:class:`~privehr.models.evaluation.dp_evaluation.DPMetrics`' ``needed_basis``); empty where
+    nothing was computed."""
+    needed = (e.get("needed_records") or {}).get(key)
+    if not needed:
+        return ""
+    width = f"{e['informative_width']:g}"
+    return {"lower bound": f"; at least about {needed:,} test stays would be needed, from the DP noise on the "
+                           "thinner class's count alone",
+            "calibrated model": f"; about {needed:,} test stays would narrow it to {width} if the model were "
+                                "calibrated at these scores"}.get((e.get("needed_basis") or {}).get(key),
+                                                                  f"; about {needed:,} test stays would narrow it to {width}")
 
 
 def calibration_text(evaluation: dict) -> str:

@@ -74,3 +74,21 @@ def test_a_calibration_the_noisy_counts_leave_undefined_is_said_so_also_from_car
     assert "calibration slope not informative (undefined on these noisy counts" in line
     assert "n/a" not in line.split("calibration slope")[1].split(", calibration intercept")[0]
     assert f"calibration intercept {evaluation['calibration_intercept']:.3f} [" in line  # in the large: defined
+
+
+def test_an_undefined_metric_says_how_many_test_stays_it_needs_and_how_that_was_made():
+    import json
+
+    from privehr.core.strict_json import strict_dumps
+    from privehr.models.evaluation.dp_evaluation import NoisyHistograms, score_edges
+
+    rng = np.random.default_rng(34)
+    thin = NoisyHistograms(score_edges(30), 20 + rng.normal(0, 7.7, 30), rng.normal(0, 7.7, 30) - 30, 7.7)
+    m = metrics_from_histograms(thin, resamples=100, records=600)
+    evaluation = json.loads(strict_dumps(m.as_dict() | {"epsilon": 0.5}))
+    line = next(t for t in render_card(_card(evaluation)).splitlines() if t.startswith("- DP evaluation"))
+    needed = evaluation["needed_records"]["auroc"]
+    assert (f"AUROC not informative (undefined on these noisy counts: a class or score range too thin; at least about "
+            f"{needed:,} test stays would be needed") in line
+    for name in ("AUPRC", "calibration slope", "calibration intercept"):
+        assert line.split(f"{name} not informative (")[1].split(")")[0].count("test stays would be needed") == 1, name

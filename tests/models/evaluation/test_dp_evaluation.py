@@ -436,3 +436,56 @@ def test_a_prevalence_interval_that_reaches_zero_is_not_informative():
     common = (rng.random(2000) < 0.4).astype(int)  # a common outcome on more stays: a number with its interval
     m = metrics_from_histograms(noisy_histograms(p, common, 30, 8.0, rng), resamples=300, records=2000)
     assert m.informative["prevalence"] and m.intervals["prevalence"][0] > 0
+
+
+def _thin_positives(sigma: float, negatives: int = 550, bins: int = 30) -> NoisyHistograms:
+    """The demo's mortality GRU-D: a few hundred negatives, and positives whose noisy total came out under one."""
+    rng = np.random.default_rng(31)
+    neg = np.bincount(bin_index(1 / (1 + np.exp(-rng.normal(-2.5, 1.0, negatives))), bins), minlength=bins)
+    return NoisyHistograms(score_edges(bins), neg + rng.normal(0, sigma, bins), rng.normal(0, sigma, bins) - 3 * sigma,
+                           sigma)
+
+
+def test_a_class_under_one_noisy_record_gets_a_computed_lower_bound_not_silence():
+    """A metric undefined because a class has under one noisy record says how many test stays it needs at least, and
+    the bound is one: at half of it, the noise alone on that many positives spreads AUROC over more than 0.2."""
+    from privehr.models.evaluation.dp_evaluation import thin_class_records
+
+    sigma = 7.7
+    h = _thin_positives(sigma)
+    m = metrics_from_histograms(h, resamples=300, records=550)
+    assert math.isnan(m.auroc) and all(map(math.isnan, m.intervals["calibration_slope"]))
+    for key in ("auroc", "auprc", "prevalence", "calibration_slope", "calibration_intercept"):
+        assert m.needed_basis[key] == "lower bound" and m.needed_records[key] > 550, key
+    share, z = m.intervals["prevalence"][1], norm.ppf(0.975)
+    assert m.needed_records["prevalence"] == math.ceil(z * sigma * math.sqrt(30) / share)
+    assert m.needed_records["auroc"] > m.needed_records["prevalence"]  # AUROC compares the classes: more
+    # the attack on "at least": half the positives the AUROC bound asks for, scored like the negatives or apart
+    positives = m.needed_records["auroc"] * share / 2
+    neg = np.clip(h.negatives, 0, None)
+    rng = np.random.default_rng(32)
+    for shape in (neg / neg.sum(), np.roll(neg / neg.sum(), 8)):
+        noisy = positives * shape + rng.normal(0, sigma, (2000, 30))
+        wins = (noisy * (np.cumsum(neg) - 0.5 * neg)).sum(1) / (neg.sum() * noisy.sum(1))
+        low, high = np.percentile(wins, [2.5, 97.5])
+        assert high - low > 0.2
+    # both classes thin, or neither: nothing to bound from
+    assert thin_class_records(-np.ones(30), -np.ones(30), sigma, z, 0.2, (0.0, 0.5)) == {}
+    assert thin_class_records(np.full(30, 5.0), np.full(30, 5.0), sigma, z, 0.2, (0.0, 0.5)) == {}
+
+
+def test_a_calibration_fit_without_a_maximum_says_what_a_calibrated_model_would_need():
+    """The demo's mortality logistic regression put every test stay in the lowest bin, with 22 noisy deaths: both
+    classes there, no maximum for the calibration fit. The card says how many stays a calibrated model with those
+    scores would need, and that this is what it says."""
+    rng = np.random.default_rng(33)
+    neg, pos = np.zeros(30), np.zeros(30)
+    neg[0], pos[0] = 450.0, 20.0
+    h = NoisyHistograms(score_edges(30), neg + rng.normal(0, 7.7, 30), pos + rng.normal(0, 7.7, 30), 7.7)
+    assert h.negatives.sum() >= 1 and h.positives.sum() >= 1
+    m = metrics_from_histograms(h, resamples=200, records=470)
+    assert math.isnan(m.calibration_slope)
+    assert m.needed_basis["calibration_slope"] == "calibrated model" and m.needed_records["calibration_slope"] > 470
+    calibrated = metrics_from_histograms(NoisyHistograms(score_edges(30), 3000 * np.ones(30), 3000 * np.ones(30),
+                                                         TINY), resamples=50)
+    assert calibrated.needed_basis == {}  # a defined fit's need is scaled from its own interval, as before
