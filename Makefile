@@ -41,11 +41,13 @@ demo: install $(VENV)/.data-versioned
 	$(BIN)/privehr run
 
 # Two workers (pytest-xdist), each test file on one worker (its module fixtures run once), the slowest files first, one torch thread each
-# (tests/conftest.py); JOBS=1 runs the suite in one process.
+# (tests/conftest.py; --no-loadscope-reorder keeps that order: xdist would otherwise hand out the files with the most
+# tests first, and the two-test Prefect UI file, among the slowest, ran last while the other worker sat idle);
+# JOBS=1 runs the suite in one process.
 JOBS ?= 2
 
 test: install
-	$(BIN)/python -m pytest -q $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile)
+	$(BIN)/python -m pytest -q $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile --no-loadscope-reorder)
 
 bench: install
 	$(BIN)/python bench/cohort_loader.py
