@@ -77,21 +77,26 @@ def _healthy_server_among(pids: set[int]) -> bool:
 
 
 def test_validate_on_a_loaded_machine_completes_or_says_why_in_one_line(tmp_path, small_extract):
-    """CPU hogs on every core while the command starts and its temporary server starts (its database created from
-    nothing, as on a first run): the server may start slowly; the command still validates (0, or 1 for a failed
-    delivery) or ends with one message (2), never a traceback. The hogs stop once the server answers: what follows
-    (GX on the delivery) is not what a loaded machine breaks, and on CI's two cores the hogs took the other worker's
-    CPU too (126 s for this test alone, with the hogs to the end)."""
+    """CPU hogs on every core from the moment the command spawns its temporary server (its database created from
+    nothing, as on a first run) until that server answers: it starts slowly, and the command still validates (0, or
+    1 for a failed delivery) or ends with one message (2), never a traceback. The hogs load what a loaded machine
+    breaks, the server's start-up against its timeout; the command's imports before it and GX after it are not
+    that, and on CI's two cores the hogs took the other worker's CPU too (126 s for this test, hogs to the end)."""
     env = own_prefect_env(str(tmp_path / "prefect"))
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    proc = subprocess.Popen([sys.executable, "-m", "privehr", "validate", str(small_extract), "--json",
+                             "--artifacts-dir", str(tmp_path / "artifacts")], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    hogs, loaded, deadline = [], 0.0, time.monotonic() + 600
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "privehr", "validate", str(small_extract), "--json",
-                                 "--artifacts-dir", str(tmp_path / "artifacts")], cwd=tmp_path, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        loaded, deadline = 0.0, time.monotonic() + 600
-        while proc.poll() is None and time.monotonic() < deadline and not _healthy_server_among(descendants(proc.pid)):
-            time.sleep(0.5)
-            loaded += 0.5
+        while proc.poll() is None and time.monotonic() < deadline:
+            spawned = descendants(proc.pid)
+            if not hogs and any("uvicorn" in _cmdline(p) for p in spawned):
+                hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                        for _ in range(os.cpu_count() or 2)]
+            if hogs and _healthy_server_among(spawned):
+                break
+            time.sleep(0.2)
+            loaded += 0.2 if hogs else 0.0
     finally:
         for hog in hogs:
             hog.kill()
@@ -100,7 +105,7 @@ def test_validate_on_a_loaded_machine_completes_or_says_why_in_one_line(tmp_path
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert loaded > 5, "the command was not under load while it started"
+    assert hogs and loaded > 2, f"the server's start-up was not under load ({loaded:.1f} s)"
     assert proc.returncode in (0, 1, 2) and "Traceback" not in stderr, stderr[-2000:]
     if proc.returncode == 2:
         assert "PREFECT_API_URL" in stderr
