@@ -648,7 +648,7 @@ def metrics_from_histograms(h: NoisyHistograms, confidence: float = 0.95, resamp
         needed[k], basis[k] = bounds[k], "lower bound"
     for k, n in _calibrated_needs(valid_neg, valid_pos, x, float(h.noise_multiplier), z, total,
                                   informative_width).items():
-        if needed[k] is None and n is not None and min(neg.sum(), pos.sum()) >= 1:
+        if not informative[k] and needed[k] is None and n is not None and min(neg.sum(), pos.sum()) >= 1:
             needed[k], basis[k] = n, "calibrated model"
     slope, intercept = point["calibration_slope"], fits["a"]
     miscalibrated = shown_miscalibrated(intervals)

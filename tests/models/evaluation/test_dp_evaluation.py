@@ -486,6 +486,9 @@ def test_a_calibration_fit_without_a_maximum_says_what_a_calibrated_model_would_
     m = metrics_from_histograms(h, resamples=200, records=470)
     assert math.isnan(m.calibration_slope)
     assert m.needed_basis["calibration_slope"] == "calibrated model" and m.needed_records["calibration_slope"] > 470
-    calibrated = metrics_from_histograms(NoisyHistograms(score_edges(30), 3000 * np.ones(30), 3000 * np.ones(30),
-                                                         TINY), resamples=50)
-    assert calibrated.needed_basis == {}  # a defined fit's need is scaled from its own interval, as before
+    # a calibrated model on many stays: every metric informative, so none needs more stays, by any basis
+    p = 1 / (1 + np.exp(-rng.normal(-1, 1.2, 200_000)))
+    calibrated = metrics_from_histograms(noisy_histograms(p, (rng.random(p.size) < p).astype(int), 30, 2.0, rng),
+                                         resamples=50)
+    assert all(calibrated.informative.values()) and calibrated.needed_basis == {}
+    assert set(calibrated.needed_records.values()) == {None}
