@@ -40,11 +40,12 @@ $(VENV)/.data-versioned: $(DATA) $(EHR)
 demo: install $(VENV)/.data-versioned
 	$(BIN)/privehr run
 
-# Two workers (pytest-xdist), each test file on one worker (its module fixtures run once), the slowest files first, one torch thread each
-# (tests/conftest.py; --no-loadscope-reorder keeps that order: xdist would otherwise hand out the files with the most
-# tests first, and the two-test Prefect UI file, among the slowest, ran last while the other worker sat idle);
-# JOBS=1 runs the suite in one process.
-JOBS ?= 2
+# Three workers (pytest-xdist) on CI's two cores: much of the suite waits on subprocesses, servers and disks, and two
+# workers kept the cores 88 % busy (1,059 s), three 92 % (965 s, the same commit). Each test file on one worker (its
+# module fixtures run once), the slowest files first, one torch thread each (tests/conftest.py; --no-loadscope-reorder
+# keeps that order: xdist would otherwise hand out the files with the most tests first, and the two-test Prefect UI
+# file, among the slowest, ran last while the other worker sat idle); JOBS=1 runs the suite in one process.
+JOBS ?= 3
 
 test: install
 	$(BIN)/python -m pytest -q $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile --no-loadscope-reorder)

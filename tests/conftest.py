@@ -14,7 +14,7 @@ os.environ.pop("PREFECT_API_URL", None)
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
 _CACHE = Path(tempfile.gettempdir()) / f"privehr-accounting-{_RUN}" if _RUN else _PREFECT_TMP / "accounting"
 os.environ["PRIVEHR_CACHE_DIR"] = str(_CACHE)
-if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: one thread each, for torch and BLAS alike
+if os.environ.get("PYTEST_XDIST_WORKER"):  # three workers on two cores: one thread each, for torch and BLAS alike
     for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_variable, "1")
 
@@ -77,7 +77,7 @@ def _shared(path: Path, what: str) -> Path:
 
 
 # The files that take longest (minutes: their own Prefect servers, pipelines and CPU hogs) go to the workers first,
-# so that two workers finish together instead of one waiting for the last slow file; measured in CI's log
+# so that the workers finish together instead of one waiting for the last slow file; measured in CI's log
 # (--durations) and reordered by hand when that changes.
 SLOW_FIRST = ["test_no_orphans.py", "test_bad_input_cli.py", "flows/test_privacy_attacks.py",
               "flows/test_prefect_ui_browser.py", "flows/test_synthesis_bundle.py", "flows/test_one_ledger.py",
