@@ -505,7 +505,10 @@ def thin_class_records(neg: np.ndarray, pos: np.ndarray, noise_multiplier: float
     - AUROC is the thin class's mean of w, the share of the other class it outranks (ties one half), by cell:
       the noise e_i on its cells moves it by sum e_i (w_i - AUROC) / k to first order for k records, sd
       sigma sqrt(sum (w_i - AUROC)^2) / k >= sigma sqrt(sum (w_i - mean w)^2) / k whatever the thin class's
-      scores; an interval ``width`` wide needs k >= 2 z sigma sqrt(sum (w_i - mean w)^2) / ``width``.
+      scores. A central interval is 2 z sd wide, but AUROC is clipped to [0, 1], so a model near 0 or 1 gets one
+      only z sd wide (a review found 2 z overstated the need: at 0.7 of it a separating model came out
+      informative); an interval ``width`` wide therefore needs k >= z sigma sqrt(sum (w_i - mean w)^2) /
+      ``width``, given the other class's released shape.
 
     Records from the thin class's count: k over its largest share the prevalence's interval allows (the upper
     end for positives, one less the lower end for negatives), so the bound holds to the interval's confidence.
@@ -522,7 +525,7 @@ def thin_class_records(neg: np.ndarray, pos: np.ndarray, noise_multiplier: float
         return {}
     w = (np.cumsum(other) - 0.5 * other) / other.sum()
     count = z * noise_multiplier * math.sqrt(other.size)
-    auroc = 2 * z * noise_multiplier * float(np.sqrt(np.sum((w - w.mean()) ** 2))) / width
+    auroc = z * noise_multiplier * float(np.sqrt(np.sum((w - w.mean()) ** 2))) / width
     return {k: int(math.ceil(max(count, auroc if k == "auroc" else 0.0) / share))
             for k in ("auroc", "auprc", "prevalence", *CALIBRATION)}
 

@@ -57,7 +57,7 @@ TRIPOD_AI = [
     ("22", "Model specification for use by others", ["models.file", "models.plan"]),
     ("23a", "Performance with intervals (overall; no subgroups)",
      ["models.evaluation.intervals", "models.evaluation.confidence", "models.evaluation.informative",
-      "models.evaluation.needed_records", "models.evaluation.needed_basis"]),
+      "models.evaluation.needed_records"]),
     ("24", "Model updating: the recalibration released (no performance after it)",
      ["models.evaluation.recalibration"]),
     ("26", "Limitations", ["intended_use", "privacy.not_covered"]),
