@@ -40,12 +40,12 @@ $(VENV)/.data-versioned: $(DATA) $(EHR)
 demo: install $(VENV)/.data-versioned
 	$(BIN)/privehr run
 
-# Three workers (pytest-xdist) on CI's two cores: much of the suite waits on subprocesses, servers and disks, and two
-# workers kept the cores 88 % busy (1,059 s), three 92 % (965 s, the same commit). Each test file on one worker (its
-# module fixtures run once), the slowest files first, one torch thread each (tests/conftest.py; --no-loadscope-reorder
-# keeps that order: xdist would otherwise hand out the files with the most tests first, and the two-test Prefect UI
-# file, among the slowest, ran last while the other worker sat idle); JOBS=1 runs the suite in one process.
-JOBS ?= 3
+# Two workers (pytest-xdist), each test file on one worker (its module fixtures run once), the slowest files first, one
+# torch thread each (tests/conftest.py; --no-loadscope-reorder keeps that order: xdist would otherwise hand out the
+# files with the most tests first, and the two-test Prefect UI file, among the slowest, ran last while the other worker
+# sat idle). Three workers kept the cores busier (92 % against 88 %) but each process's CPU time grew: 965, 1,152 and
+# 1,151 s in three CI runs against 963 s on two. JOBS=1 runs the suite in one process.
+JOBS ?= 2
 
 test: install
 	$(BIN)/python -m pytest -q $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile --no-loadscope-reorder)

@@ -14,7 +14,7 @@ os.environ.pop("PREFECT_API_URL", None)
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
 _CACHE = Path(tempfile.gettempdir()) / f"privehr-accounting-{_RUN}" if _RUN else _PREFECT_TMP / "accounting"
 os.environ["PRIVEHR_CACHE_DIR"] = str(_CACHE)
-if os.environ.get("PYTEST_XDIST_WORKER"):  # three workers on two cores: one thread each, for torch and BLAS alike
+if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: one thread each, for torch and BLAS alike
     for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_variable, "1")
 
