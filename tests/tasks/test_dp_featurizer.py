@@ -23,7 +23,7 @@ from privehr.tasks.split import split_cohort
 def _features(tmp_path, extract, epsilon: float):
     config = PipelineConfig.model_validate({
         "artifacts_dir": str(tmp_path / "artifacts"), "run_id": f"eps{epsilon:g}",
-        "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")},
+        "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl"), "allow_above_ceiling": epsilon > 20},
         "release": {"featurizer": "dp", "featurizer_epsilon": epsilon, "record_count": "dp", "count_epsilon": 1.0}})
     run_dir = create_run_directory.fn(config)
     ingest_extract.fn(str(extract), run_dir)
@@ -51,7 +51,9 @@ def test_a_release_every_variable_would_ignore_is_not_made_and_costs_nothing(tmp
 
 
 def test_a_release_that_can_inform_is_made_and_recorded(tmp_path, small_extract):
-    config, reserved, featurizer, train = _features(tmp_path, small_extract, 20.0)
+    # epsilon 100 (above the ceiling, allowed here): at 20 the threshold (10 noise sds, 54) left two variables above
+    # it by a few sds, and one CI run drew both under; the release's making and recording are the claim, not epsilon
+    config, reserved, featurizer, train = _features(tmp_path, small_extract, 100.0)
     assert can_inform(reserved[STATISTICS_KEY].plan.noise_multiplier, len(featurizer["variables"]), train)
     assert featurizer["source"] == "dp" and featurizer["release"] and "not made" not in featurizer["note"]
     assert not all(featurizer["fallback"])  # some variable got its own estimate
