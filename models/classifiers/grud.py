@@ -36,7 +36,7 @@ class InputDecay(nn.Module):
         self.bias = nn.Parameter(torch.zeros(n_features))
 
     def forward(self, delta: torch.Tensor) -> torch.Tensor:
-        return torch.exp(-torch.relu(delta * self.weight + self.bias))
+        return torch.exp(-torch.relu(torch.addcmul(self.bias, delta, self.weight)))
 
 
 class GRUD(nn.Module):
@@ -73,16 +73,22 @@ class GRUD(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         gamma_x = self.input_decay(delta)
-        x_hat = mask * x + (1 - mask) * (gamma_x * x + (1 - gamma_x) * self.x_mean)
+        # x_hat = m x + (1 - m)(gamma x + (1 - gamma) x_tilde) = (x - u) + u gamma with u = (1 - m)(x - x_tilde): u is
+        # data only, so one product on the trainable path (and one in its backward) instead of five
+        unobserved = (1 - mask) * (x - self.x_mean)
+        x_hat = torch.addcmul(x - unobserved, unobserved, gamma_x)
         gamma_h = torch.exp(-torch.relu(self.hidden_decay(delta)))
         gates_in = self.input_gates(torch.cat([x_hat, mask], dim=-1))
         h = x.new_zeros(x.shape[0], self.hidden_size)
         hs = self.hidden_size
-        for t in range(x.shape[1]):
-            h_hat = gamma_h[:, t] * h
-            zr = torch.sigmoid(gates_in[:, t, :2 * hs] + self.recurrent_gates(h_hat))
+        # the hours unbound once: indexing gates_in[:, t] in the loop would make its backward write a zero tensor of
+        # gates_in's full size per hour (T^2 work); unbind's backward stacks the T gradients once
+        zr_in, candidate_in = gates_in.split([2 * hs, hs], dim=-1)
+        for gamma_t, zr_t, candidate_t in zip(gamma_h.unbind(1), zr_in.unbind(1), candidate_in.unbind(1)):
+            h_hat = gamma_t * h
+            zr = torch.sigmoid(zr_t + self.recurrent_gates(h_hat))
             z, r = zr[:, :hs], zr[:, hs:]
-            candidate = torch.tanh(gates_in[:, t, 2 * hs:] + self.recurrent_candidate(r * h_hat))
+            candidate = torch.tanh(candidate_t + self.recurrent_candidate(r * h_hat))
             h = (1 - z) * h_hat + z * candidate
         return self.output(self.norm(self.dropout(h))).squeeze(-1)
 
@@ -105,9 +111,10 @@ class GRUD(nn.Module):
 
     def _batched_block(self, params, x, mask, delta):
         n, (b, t, f), hs = len(params["output.weight"]), x.shape, self.hidden_size
-        gamma_x = torch.exp(-torch.relu(delta * params["input_decay.weight"][:, None, None, :]
-                                        + params["input_decay.bias"][:, None, None, :]))      # (N, B, T, F)
-        x_hat = mask * x + (1 - mask) * (gamma_x * x + (1 - gamma_x) * self.x_mean)
+        gamma_x = torch.exp(-torch.relu(torch.addcmul(params["input_decay.bias"][:, None, None, :], delta,
+                                                      params["input_decay.weight"][:, None, None, :])))  # (N, B, T, F)
+        unobserved = (1 - mask) * (x - self.x_mean)  # as forward: x_hat = (x - u) + u gamma
+        x_hat = torch.addcmul(x - unobserved, unobserved, gamma_x)
         w_hd = params["hidden_decay.weight"]                                                   # (N, H, F)
         gamma_h = torch.exp(-torch.relu((delta.reshape(b * t, f) @ w_hd.reshape(n * hs, f).T)
                                         .reshape(b, t, n, hs).permute(2, 0, 1, 3)
@@ -120,11 +127,12 @@ class GRUD(nn.Module):
         w_rg = params["recurrent_gates.weight"].transpose(1, 2)                               # (N, H, 2H)
         w_rc = params["recurrent_candidate.weight"].transpose(1, 2)                           # (N, H, H)
         h = x.new_zeros(n, b, hs)
-        for step in range(t):
-            h_hat = gamma_h[:, :, step] * h
-            zr = torch.sigmoid(gates_in[:, :, step, :2 * hs] + torch.bmm(h_hat, w_rg))
+        zr_in, candidate_in = gates_in.split([2 * hs, hs], dim=-1)  # hours unbound once, as in forward
+        for gamma_t, zr_t, candidate_t in zip(gamma_h.unbind(2), zr_in.unbind(2), candidate_in.unbind(2)):
+            h_hat = gamma_t * h
+            zr = torch.sigmoid(zr_t + torch.bmm(h_hat, w_rg))
             z, r = zr[..., :hs], zr[..., hs:]
-            candidate = torch.tanh(gates_in[:, :, step, 2 * hs:] + torch.bmm(r * h_hat, w_rc))
+            candidate = torch.tanh(candidate_t + torch.bmm(r * h_hat, w_rc))
             h = (1 - z) * h_hat + z * candidate
         return torch.bmm(h, params["output.weight"].transpose(1, 2)).squeeze(-1) + params["output.bias"]
 

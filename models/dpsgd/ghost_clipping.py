@@ -267,7 +267,7 @@ class InputDecayRule(GhostRule):
     def _per_sample(layer, call) -> dict[nn.Parameter, torch.Tensor]:
         if "grads" not in call.cache:
             delta = call.activation  # the pre-activation as the forward computes it (same ops, same rounding at 0)
-            common = (call.backprop * call.output).mul_(delta * layer.weight.detach() + layer.bias.detach() > 0)
+            common = (call.backprop * call.output).mul_(torch.addcmul(layer.bias.detach(), delta, layer.weight.detach()) > 0)
             grads = {}
             if layer.bias.requires_grad:
                 grads[layer.bias] = common.sum(1).neg_()

@@ -33,7 +33,7 @@ __all__ = ["compute_input_decay_grad_sample", "compute_masked_linear_grad_sample
 def compute_input_decay_grad_sample(layer: InputDecay, activations: list[torch.Tensor],
                                     backprops: torch.Tensor) -> dict[torch.nn.Parameter, torch.Tensor]:
     delta = activations[0].to(backprops.dtype)
-    pre = delta * layer.weight + layer.bias
+    pre = torch.addcmul(layer.bias, delta, layer.weight)  # as InputDecay's forward computes it
     gamma = torch.exp(-torch.relu(pre))
     common = -backprops * gamma * (pre > 0).to(backprops.dtype)
     dims = tuple(range(1, delta.dim() - 1))  # every axis between batch and features (time)

@@ -71,7 +71,7 @@ class StackedInputDecay(nn.Module):
     def forward(self, delta: torch.Tensor) -> torch.Tensor:
         shape = (len(delta),) + (1,) * (delta.dim() - 2) + (delta.shape[-1],)
         w, b = self.rows(self.weight, len(delta)).view(shape), self.rows(self.bias, len(delta)).view(shape)
-        return torch.exp(-torch.relu(delta * w + b))
+        return torch.exp(-torch.relu(torch.addcmul(b, delta, w)))
 
 
 def _per_member(total: torch.Tensor, members: int) -> torch.Tensor:
@@ -112,7 +112,7 @@ class StackedInputDecayRule(InputDecayRule):
             delta = call.activation  # (K B, T, F)
             w = layer.rows(layer.weight.detach(), len(delta))[:, None, :]
             b = layer.rows(layer.bias.detach(), len(delta))[:, None, :]
-            common = (call.backprop * call.output).mul_(delta * w + b > 0)
+            common = (call.backprop * call.output).mul_(torch.addcmul(b, delta, w) > 0)
             call.cache["grads"] = {layer.bias: common.sum(1).neg_(), layer.weight: common.mul_(delta).sum(1).neg_()}
         return call.cache["grads"]
 
