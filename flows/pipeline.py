@@ -9,8 +9,8 @@ The flow only wires tasks; each task reads and writes files in ``artifacts/<run-
 paths on, so no patient-level value enters Prefect's database or result storage. The ledger is proven
 writable before the input is read, and the run holds its directory's lock throughout. Training fans out:
 one search task run per grid cell (label x model x method x loss x epsilon) and one fit task run per
-cell and seed, or, where a method batches (DP-SGD; ``training.batched``, on CUDA by default), one per cell
-family (label x model x method x loss: its epsilons x seeds), trained as one batched model. On a CUDA device
+cell and seed, or, where a method batches (DP-SGD; ``training.batched``), one per cell family (label x model x
+method x loss: its epsilons x seeds; on CPU at most 12 fits a group), trained as one batched model. On a CUDA device
 those runs carry the ``gpu`` tag, which a concurrency limit caps (``prefect concurrency-limit create gpu 1``).
 """
 
@@ -39,7 +39,8 @@ from privehr.tasks.run_directory import create_run_directory, run_lock
 from privehr.tasks.split import check_labels, split_cohort
 from privehr.tasks.stage_timing import StageClock
 from privehr.tasks.static_imputation import impute_static_table
-from privehr.tasks.train import batching, fit_group, fit_key, search_hyperparameters, search_score_key, trial_key
+from privehr.tasks.train import (batching, fit_group, fit_key, group_size, search_hyperparameters, search_score_key,
+                                 trial_key)
 from privehr.tasks.validate import validate_delivery
 from privehr.tasks.versioning import pull_inputs, version_run
 from privehr.models.methods import fit_groups, grid, seeds_of
@@ -105,7 +106,7 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
                                  if k.startswith((trial_key(cell, ""), search_score_key(cell, "")))},
                                 config.device, config.release.evaluation_bins) for cell in cells]
         # a cell family's fits train as one batched model where its method batches (training.batched)
-        groups = fit_groups(cells, training, batching(training, device))
+        groups = fit_groups(cells, training, batching(training, device), group_size(training, device))
         runs = [fit.submit(features, [cells[i] for i, _ in group], [chosen[i] for i, _ in group],
                            [seed for _, seed in group], training, config.privacy, run_dir,
                            [reservations.get(fit_key(cells[i], seed)) for i, seed in group], config.device)

@@ -31,8 +31,9 @@ single trainer's: the trainer checks that every member took exactly its plan's s
 
 What it costs: ghost clipping keeps the K x B rows' layer inputs and output gradients (as the single trainer keeps
 B); torch.func materialises K x B x (parameters) floats per step. Measured (bench/batched_grid.py): on an H200 a demo
-family of 12 GRU-D fits trains 5x faster than one by one, 110 fits 10x; on 2 CPU cores a group is about as fast as its
-fits one at a time (the cores are busy either way), so the grid batches on CUDA by default (``training.batched``).
+family of 12 GRU-D fits trains 5x faster than one by one, 110 fits 10x; on 2 CPU cores, as the pipeline runs fits
+there, 1.5x for 12 GRU-D fits and 1.9x for 12 logistic regressions, but 0.8x for 48 GRU-D fits, whose intermediates
+outgrow the caches: so on CPU the grid batches groups of at most 12 (``training.batched``).
 
 >>> from privehr.models.classifiers.logistic_regression import LogisticRegression
 >>> from privehr.models.dpsgd.trainer import DPSGDHyperparameters
@@ -150,7 +151,7 @@ def train_dp_sgd_batched(models: Sequence[nn.Module], x_train: tuple[torch.Tenso
             for k, b in enumerate(batches):
                 index[k, :len(b)], valid[k, :len(b)] = b, True
             index, valid = index.to(device), valid.to(device)
-            sums, losses = engine.clipped_sums(index, valid, clip)
+            sums, losses = engine.clipped_sums(index, valid, clip, [len(b) for b in batches])
             loss_sums += torch.where(valid, losses, torch.zeros_like(losses)).sum(1)
         else:
             sums = {n: torch.zeros_like(v) for n, v in params.items()}
@@ -204,11 +205,29 @@ class _GhostEngine:
         self.x_train, self.y_train, self.members = x_train, y_train, len(models)
         loss_fn = per_sample_loss(loss)
         self.losses_fn = lambda m, target, *xs: loss_fn(m(*xs), target)
+        self._rows: list[torch.Tensor | None] = [None] * (len(x_train) + 1)
 
-    def clipped_sums(self, index, valid, clip):
-        flat, keep = index.flatten(), valid.flatten()
-        batch = tuple(x[flat] * keep.view(-1, *[1] * (x.dim() - 1)).to(x.dtype) for x in self.x_train)
-        target = self.y_train[flat] * keep.to(self.y_train.dtype)
+    def _gather(self, index, lengths):
+        """The K x widest member-major rows of every input and of the target, padding rows zero, gathered into
+        buffers kept from step to step: a fresh tensor of tens of MB per step is fresh pages from the OS, and their
+        faults cost a batched logistic regression half its step on CPU (bench/README.md)."""
+        members, widest = index.shape
+        flat = index.flatten()
+        out = []
+        for i, source in enumerate((*self.x_train, self.y_train)):
+            buffer = self._rows[i]
+            if buffer is None or len(buffer) < len(flat):  # room for a wider step than this one (Poisson sizes vary)
+                buffer = self._rows[i] = source.new_empty((len(flat) + len(flat) // 4 + members, *source.shape[1:]))
+            rows = torch.index_select(source, 0, flat, out=buffer[:len(flat)])
+            per_member = rows.view(members, widest, *source.shape[1:])
+            for k, n in enumerate(lengths):
+                if n < widest:
+                    per_member[k, n:] = 0
+            out.append(rows)
+        return out
+
+    def clipped_sums(self, index, valid, clip, lengths):
+        *batch, target = self._gather(index, lengths)
         thresholds = torch.where(valid, clip[:, None], torch.zeros_like(clip[:, None])).flatten()
         losses, _, sums = clipped_gradient_sum(self.stacked, self.losses_fn, (target, *batch), thresholds)
         names = {p: n for n, p in self.params.items()}
@@ -237,7 +256,7 @@ class _FunctorchEngine:
                                in_dims=(0, 0, 0, *[0] * len(x_train)))
         self.per_member = sum(v[0].numel() for v in self.params.values())
 
-    def clipped_sums(self, index, valid, clip):
+    def clipped_sums(self, index, valid, clip, lengths):
         members, widest = index.shape
         sums = {n: torch.zeros_like(v) for n, v in self.params.items()}
         losses_out = torch.zeros(members, widest, dtype=clip.dtype, device=clip.device)

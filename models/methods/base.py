@@ -269,10 +269,12 @@ def seeds_of(cell: Cell, training: TrainingConfig) -> int:
     return create_method(cell.method, training).seeds()
 
 
-def fit_groups(cells: list[Cell], training: TrainingConfig, batched: bool) -> list[list[tuple[int, int]]]:
+def fit_groups(cells: list[Cell], training: TrainingConfig, batched: bool,
+               size: int | None = None) -> list[list[tuple[int, int]]]:
     """The grid's final fits, (cell index, seed), in groups that train together: with ``batched``, the fits of one
     cell family (label, model, method, loss: its epsilons x seeds) of a method that batches, in chunks of at most
-    ``training.group_size`` (0: no limit); every other fit alone. Every fit is in exactly one group."""
+    ``size`` (default ``training.group_size``; 0: no limit); every other fit alone. Every fit is in exactly one
+    group."""
     groups: dict[tuple, list[tuple[int, int]]] = {}
     alone = []
     for i, cell in enumerate(cells):
@@ -281,5 +283,5 @@ def fit_groups(cells: list[Cell], training: TrainingConfig, batched: bool) -> li
             groups.setdefault((cell.label, cell.model, cell.method, cell.loss), []).extend(fits)
         else:
             alone += [[fit] for fit in fits]
-    size = training.group_size or max((len(g) for g in groups.values()), default=1)
+    size = (training.group_size if size is None else size) or max((len(g) for g in groups.values()), default=1)
     return [g[lo:lo + size] for g in groups.values() for lo in range(0, len(g), size)] + alone

@@ -72,6 +72,30 @@ def test_fit_groups_batch_a_cell_family_and_hold_every_fit_once():
     assert sorted(len(g) for g in whole if cells[g[0][0]].method == "dp_sgd") == [9, 9, 9, 9]
 
 
+def test_auto_batches_on_cpu_in_groups_of_at_most_twelve_and_only_by_ghost_clipping():
+    import torch
+
+    from privehr.models.methods import fit_groups
+    from privehr.tasks.train import CPU_GROUP_SIZE, batching, group_size
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    training = TrainingConfig(seeds=5, dp_sgd={"epsilons": [0.5, 1.0, 4.0, 8.0]})  # families of 20 DP-SGD fits
+    cells = grid(training, ["mort_icu"])
+
+    def dp_sgd_groups(t, device):
+        groups = fit_groups(cells, t, batching(t, device), group_size(t, device))
+        return sorted(len(g) for g in groups if cells[g[0][0]].method == "dp_sgd")
+
+    assert CPU_GROUP_SIZE == 12
+    assert dp_sgd_groups(training, cpu) == [8, 8, 12, 12]  # each family of 20 in chunks of 12 and 8
+    assert dp_sgd_groups(training, cuda) == [20, 20]  # a whole family per group on CUDA
+    assert dp_sgd_groups(training.model_copy(update={"batched": "on"}), cpu) == [20, 20]
+    assert dp_sgd_groups(training.model_copy(update={"group_size": 5}), cpu) == [5] * 8  # the setting wins
+    assert dp_sgd_groups(training.model_copy(update={"batched": "off"}), cuda) == [1] * 40
+    opacus = training.model_copy(update={"dp_sgd": training.dp_sgd.model_copy(update={"clipping": "opacus"})})
+    assert not batching(opacus, cpu) and batching(opacus, cuda)  # Opacus's hooks train one fit at a time on CPU
+
+
 @pytest.mark.parametrize("profile", ["demo", "full"])
 def test_the_profiles_grids(profile):
     config = load_config(profile=profile)
