@@ -267,7 +267,8 @@ class InputDecayRule(GhostRule):
     def _per_sample(layer, call) -> dict[nn.Parameter, torch.Tensor]:
         if "grads" not in call.cache:
             delta = call.activation  # the pre-activation as the forward computes it (same ops, same rounding at 0)
-            common = (call.backprop * call.output).mul_(torch.addcmul(layer.bias.detach(), delta, layer.weight.detach()) > 0)
+            pre = torch.addcmul(layer.bias.detach(), delta, layer.weight.detach())  # as InputDecay's forward
+            common = (call.backprop * call.output).mul_(pre > 0)
             grads = {}
             if layer.bias.requires_grad:
                 grads[layer.bias] = common.sum(1).neg_()
