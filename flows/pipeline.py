@@ -9,7 +9,7 @@ The flow only wires tasks; each task reads and writes files in ``artifacts/<run-
 paths on, so no patient-level value enters Prefect's database or result storage. The ledger is proven
 writable before the input is read, and the run holds its directory's lock throughout. Training fans out:
 one search task run per grid cell (label x model x method x loss x epsilon) and one fit task run per
-cell and seed, or, where a method batches (DP-SGD; ``training.batched``), one per cell family (label x model x
+cell and seed, or, where a method batches (DP-SGD, ExpM+NF; ``training.batched``), one per cell family (label x model x
 method x loss: its epsilons x seeds; on CPU at most 12 fits a group), trained as one batched model. On a CUDA device
 those runs carry the ``gpu`` tag, which a concurrency limit caps (``prefect concurrency-limit create gpu 1``).
 """

@@ -79,12 +79,23 @@ class BatchedUtility:
 
     def __call__(self, theta: torch.Tensor, batch: torch.Tensor | None = None) -> torch.Tensor:
         """u(theta) for each row of theta; ``batch`` (record indices) gives the n/B-scaled estimate."""
+        return self.data_utility(theta, batch) - self.l1 * theta.abs().sum(1)
+
+    def data_utility(self, theta: torch.Tensor, batch: torch.Tensor | None = None) -> torch.Tensor:
+        """The data term of u(theta), without the L1 regulariser: minus the (scaled) sum of record losses."""
         if batch is None:
             inputs, y, scale = self.inputs, self.y, 1.0
         else:
             inputs, y, scale = tuple(t[batch] for t in self.inputs), self.y[batch], self.n / len(batch)
-        error = self.record_losses(self.logits(theta, inputs), y).sum(1)
-        return -scale * error - self.l1 * theta.abs().sum(1)
+        return -scale * self.record_losses(self.logits(theta, inputs), y).sum(1)
+
+    def shares_data_with(self, other: "BatchedUtility") -> bool:
+        """Whether ``other`` computes the same data term: the same records, targets and loss, and a model of the same
+        parameter layout and buffers (its weights are not used), so one pass over the records serves both."""
+        return (other.inputs is self.inputs and other.y is self.y and other.loss == self.loss
+                and type(other.model) is type(self.model) and other.names == self.names and other.shapes == self.shapes
+                and other.buffers.keys() == self.buffers.keys()
+                and all(torch.equal(other.buffers[k], b) for k, b in self.buffers.items()))
 
     def record_losses(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Each record's loss l_i for logits (..., n): (sigmoid - y)^2, or the cross-entropy."""

@@ -22,7 +22,7 @@ from privehr.models.classifiers import build_classifier
 from privehr.models.evaluation.metrics import binary_metrics
 from privehr.models.expm.batched_utility import BatchedUtility
 from privehr.models.expm.mechanism import (ExpMNFHyperparameters, draw_probabilities, draw_utilities, fit_gap,
-                                         map_index, posterior_predictive, sample_parameters, train_expm_nf)
+                                         map_index, posterior_predictive, sample_parameters, train_expm_nf_many)
 from privehr.models.methods.base import Evaluation, Release, TrainingMethod, register_method
 from privehr.models.privacy.ledger import LedgerEntry
 
@@ -78,13 +78,32 @@ class ExpMNF(TrainingMethod):
         """Train the flow on ``data`` and draw ``eval_samples`` parameter vectors; the first is the release.
 
         A search trial's flow is scored on dev and never saved or released (the search reserves nothing)."""
+        return self.fit_many([spec], data, [plan], [noise])[0]
+
+    batches: ClassVar[bool] = True
+
+    def fit_many(self, specs, data, plans, noises):
+        """Several flows of one cell family trained together (:func:`train_expm_nf_many`: one pass over the
+        training records a step serves every flow); each flow, its draws and its release are what :meth:`fit` makes
+        of it alone."""
+        utilities, params = [], []
+        for spec in specs:
+            cell, hp, seed = spec.cell, spec.hyperparameters, spec.seed
+            template = build_classifier(cell.model, data.n_variables, data.n_hours, seed=seed,
+                                        hidden_size=hp.get("hidden_size", 32)).to(data.y.device)
+            utilities.append(BatchedUtility(template, data.inputs, data.y, l1=hp["l1"]))
+            params.append(ExpMNFHyperparameters(epsilon=cell.target_epsilon, seed=seed,
+                                                **{k: hp[k] for k in _FLOW_SETTINGS}))
+        first = specs[0]
+        label = (f"{first.cell.cell_id} seed {first.seed}" if len(specs) == 1 else
+                 f"{first.cell.label}/{first.cell.model}/expm_nf: {len(specs)} flows together")
+        results = train_expm_nf_many(utilities, params, device=data.y.device,
+                                     progress=self.progress(f"{label}: ExpM+NF flow steps"))
+        return [self._release(spec, plan, utility, result)
+                for spec, plan, utility, result in zip(specs, plans, utilities, results)]
+
+    def _release(self, spec, plan, utility, result) -> Release:
         cell, hp, seed = spec.cell, spec.hyperparameters, spec.seed
-        template = build_classifier(cell.model, data.n_variables, data.n_hours, seed=seed,
-                                    hidden_size=hp.get("hidden_size", 32)).to(data.y.device)
-        utility = BatchedUtility(template, data.inputs, data.y, l1=hp["l1"])
-        params = ExpMNFHyperparameters(epsilon=cell.target_epsilon, seed=seed, **{k: hp[k] for k in _FLOW_SETTINGS})
-        result = train_expm_nf(utility, params, device=data.y.device,
-                               progress=self.progress(f"{cell.cell_id} seed {seed}: ExpM+NF flow steps"))
         theta, log_q = sample_parameters(result.flow, self.training.expm_nf.eval_samples, seed + 10_000)
         chunk = 8 if cell.model == "grud" else 64  # GRU-D holds (draws, records, hours, variables) tensors
         utilities = draw_utilities(utility, theta, chunk)  # on the training data, computed once

@@ -160,3 +160,30 @@ def test_the_default_schedule_reaches_the_targets_width_at_every_eps():
         scale = (flow.base_sigma * flow.log_scale.detach().exp())[5:40]  # the unconstrained weights
         expected = 2 / (eps * lam) * (np.pi / 2) ** 0.5
         assert 0.5 < float(scale.median()) / expected < 2, (eps, float(scale.median()), expected)
+
+
+@pytest.mark.parametrize("model", ["logistic_regression", "grud"])
+def test_flows_trained_together_are_the_flows_trained_alone(model):
+    """train_expm_nf_many shares one pass over the records between K flows; each flow (its own epsilon, draws per
+    step, L1 weight, seed and number of steps) ends as train_expm_nf leaves it alone, and the records were read once
+    a step for all of them."""
+    from privehr.models.expm.mechanism import train_expm_nf_many
+
+    values, mask, delta, y = random_records(n=120)
+    x = classifier_inputs(model, values, mask, delta)
+    members = [(0.5, 8, 0.01, 0, 12), (4.0, 16, 0.0, 1, 20), (20.0, 8, 0.1, 2, 16)]
+    utilities = [BatchedUtility(build_classifier(model, 3, 6, seed=s, hidden_size=4), x, y, l1=l1)
+                 for _, _, l1, s, _ in members]
+    hps = [ExpMNFHyperparameters(epsilon=e, flow="sylvester", layers=2, m=2, reflections=2, samples=n, steps=t,
+                                 learning_rate=2e-2, base_sigma=0.1, seed=s) for e, n, _, s, t in members]
+    alone = [train_expm_nf(u, hp) for u, hp in zip(utilities, hps)]
+    passes = []
+    data_utility = utilities[0].data_utility
+    utilities[0].data_utility = lambda theta, batch=None: passes.append(len(theta)) or data_utility(theta, batch)
+    together = train_expm_nf_many(utilities, hps)
+    assert passes == [32] * 12 + [24] * 4 + [16] * 4  # all three flows' draws in one pass, then those still training
+    for a, b, hp in zip(alone, together, hps):
+        assert len(b.history) == hp.steps
+        assert np.allclose(a.history, b.history, rtol=1e-4, atol=1e-4)
+        for p, q in zip(a.flow.parameters(), b.flow.parameters()):
+            assert torch.allclose(p, q, rtol=1e-4, atol=1e-5)
