@@ -106,7 +106,7 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
                                  if k.startswith((trial_key(cell, ""), search_score_key(cell, "")))},
                                 config.device, config.release.evaluation_bins) for cell in cells]
         # a cell family's fits train as one batched model where its method batches (training.batched)
-        groups = fit_groups(cells, training, batching(training, device), group_size(training, device))
+        groups = fit_groups(cells, training, batching(training, device), group_size(training, device), device.type)
         runs = [fit.submit(features, [cells[i] for i, _ in group], [chosen[i] for i, _ in group],
                            [seed for _, seed in group], training, config.privacy, run_dir,
                            [reservations.get(fit_key(cells[i], seed)) for i, seed in group], config.device)

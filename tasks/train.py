@@ -281,12 +281,11 @@ CPU_GROUP_SIZE = 12
 
 
 def batching(training: TrainingConfig, device: torch.device) -> bool:
-    """Whether a method that can batch a cell family's fits does (``training.batched``). auto: on CUDA; on CPU where
-    DP-SGD clips by ghost clipping (the engine measured there; Opacus's hooks and torch.func train one fit at a
-    time), in groups of at most :data:`CPU_GROUP_SIZE` (:func:`group_size`)."""
-    if training.batched != "auto":
-        return training.batched == "on"
-    return device.type == "cuda" or training.dp_sgd.clipping == "ghost"
+    """Whether the grid trains cell families in groups (``training.batched``: auto or on); which methods and cells do
+    is theirs to say (:meth:`~privehr.models.methods.TrainingMethod.batches_cell`: DP-SGD on CPU under auto only
+    with ghost clipping; ExpM+NF where its utility reads every record), on CPU under auto in groups of at most
+    :data:`CPU_GROUP_SIZE` (:func:`group_size`)."""
+    return training.batched in ("on", "auto")
 
 
 def group_size(training: TrainingConfig, device: torch.device) -> int:
@@ -350,7 +349,7 @@ def fit_group(features_dir: str, cells: list[Cell], hyperparameters: list[dict],
     specs = [FitSpec(cells[k], hyperparameters[k], seeds[k]) for k in todo]
     noises = [NoiseSource.for_release(privacy.reproducible_noise, s.cell.cell_id, s.what, s.seed) for s in specs]
     plans = [reserved[k].plan for k in todo]
-    together = len(todo) > 1 and method.batches and batching(training, dev)
+    together = len(todo) > 1 and batching(training, dev) and method.batches_cell(cells[todo[0]], training, dev.type)
     releases = method.fit_many(specs, data, plans, noises) if together else \
         [method.fit(spec, data, plan, noise) for spec, plan, noise in zip(specs, plans, noises)]
     payloads = []

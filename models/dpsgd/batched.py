@@ -213,16 +213,16 @@ class _GhostEngine:
         faults cost a batched logistic regression half its step on CPU (bench/README.md)."""
         members, widest = index.shape
         flat = index.flatten()
+        padding = torch.tensor([k * widest + j for k, n in enumerate(lengths) for j in range(n, widest)],
+                               dtype=torch.long).to(flat.device)  # one index for all inputs: one kernel each
         out = []
         for i, source in enumerate((*self.x_train, self.y_train)):
             buffer = self._rows[i]
             if buffer is None or len(buffer) < len(flat):  # room for a wider step than this one (Poisson sizes vary)
                 buffer = self._rows[i] = source.new_empty((len(flat) + len(flat) // 4 + members, *source.shape[1:]))
             rows = torch.index_select(source, 0, flat, out=buffer[:len(flat)])
-            per_member = rows.view(members, widest, *source.shape[1:])
-            for k, n in enumerate(lengths):
-                if n < widest:
-                    per_member[k, n:] = 0
+            if len(padding):
+                rows.index_fill_(0, padding, 0)
             out.append(rows)
         return out
 

@@ -84,7 +84,8 @@ def train_expm_nf_many(utilities: list[BatchedUtility], hps: list[ExpMNFHyperpar
     share their data (:meth:`BatchedUtility.shares_data_with`) and use every record (``batch_size`` None), the K
     flows' draws go through one batched utility per step, so the records are read once for K flows instead of K
     times (the utility's products are memory-bound on CPU: an (8 x n) x (n x 7,488) product streams the whole
-    feature matrix). Each member's L1 term is its own."""
+    feature matrix). Each member's L1 term is its own. Otherwise the flows step one after another, each utility's graph
+    freed before the next is built."""
     k_members = len(utilities)
     if not (k_members == len(hps) and k_members > 0):
         raise ValueError(f"{k_members} utilities, {len(hps)} hyperparameters: one of each per flow")
@@ -117,15 +118,18 @@ def train_expm_nf_many(utilities: list[BatchedUtility], hps: list[ExpMNFHyperpar
             log_qs.append(log_q)
             batches.append(None if exact[k] else
                            torch.randperm(utility.n, generator=generators[k], device=device)[: hp.batch_size])
-        if shared:
-            data = utilities[0].data_utility(torch.cat(thetas)).split([len(t) for t in thetas])
-            values = [d - utilities[k].l1 * t.abs().sum(1) for k, d, t in zip(active, data, thetas)]
-        else:
-            values = [utilities[k](t, b) for k, t, b in zip(active, thetas, batches)]
-        losses = [(log_q - scales[k] * u).mean() for k, log_q, u in zip(active, log_qs, values)]
         for k in active:
             optimizers[k].zero_grad(set_to_none=True)
-        sum(losses).backward()  # the flows share no parameter: each gets its own loss's gradient
+        if shared:
+            data = utilities[0].data_utility(torch.cat(thetas)).split([len(t) for t in thetas])
+            losses = [(log_q - scales[k] * (d - utilities[k].l1 * t.abs().sum(1))).mean()
+                      for k, log_q, d, t in zip(active, log_qs, data, thetas)]
+            sum(losses).backward()  # the flows share no parameter: each gets its own loss's gradient
+        else:  # one flow's utility graph at a time: memory stays one flow's
+            losses = []
+            for k, theta, batch, log_q in zip(active, thetas, batches, log_qs):
+                losses.append((log_q - scales[k] * utilities[k](theta, batch)).mean())
+                losses[-1].backward()
         for k, loss in zip(active, losses):
             optimizers[k].step()
             schedulers[k].step(loss.item())

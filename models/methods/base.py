@@ -201,6 +201,12 @@ class TrainingMethod(ABC):
     #: whether :meth:`fit_many` trains a group of releases as one batched model (else one by one)
     batches: ClassVar[bool] = False
 
+    @classmethod
+    def batches_cell(cls, cell: Cell, training: TrainingConfig, device_type: str) -> bool:
+        """Whether a cell family's fits of this cell train as one group where ``training.batched`` allows it, on a
+        device of ``device_type`` ("cpu", "cuda"): :attr:`batches`, unless a method knows better."""
+        return cls.batches
+
     def fit_many(self, specs: list[FitSpec], data: CellData, plans: list[ReleasePlan | None],
                  noises: list[NoiseSource]) -> list[Release]:
         """Train several releases of one cell family (one label, model and loss) on the same records, each by its
@@ -269,17 +275,18 @@ def seeds_of(cell: Cell, training: TrainingConfig) -> int:
     return create_method(cell.method, training).seeds()
 
 
-def fit_groups(cells: list[Cell], training: TrainingConfig, batched: bool,
-               size: int | None = None) -> list[list[tuple[int, int]]]:
+def fit_groups(cells: list[Cell], training: TrainingConfig, batched: bool, size: int | None = None,
+               device_type: str = "cpu") -> list[list[tuple[int, int]]]:
     """The grid's final fits, (cell index, seed), in groups that train together: with ``batched``, the fits of one
-    cell family (label, model, method, loss: its epsilons x seeds) of a method that batches, in chunks of at most
+    cell family (label, model, method, loss: its epsilons x seeds) of a method that batches it on ``device_type``
+    (:meth:`TrainingMethod.batches_cell`), in chunks of at most
     ``size`` (default ``training.group_size``; 0: no limit); every other fit alone. Every fit is in exactly one
     group."""
     groups: dict[tuple, list[tuple[int, int]]] = {}
     alone = []
     for i, cell in enumerate(cells):
         fits = [(i, seed) for seed in range(seeds_of(cell, training))]
-        if batched and get_method(cell.method).batches:
+        if batched and get_method(cell.method).batches_cell(cell, training, device_type):
             groups.setdefault((cell.label, cell.model, cell.method, cell.loss), []).extend(fits)
         else:
             alone += [[fit] for fit in fits]

@@ -67,6 +67,13 @@ class DPSGD(ClassifierMethod):
 
     batches: ClassVar[bool] = True
 
+    @classmethod
+    def batches_cell(cls, cell, training, device_type):
+        """On CPU, ``auto`` batches only with ghost clipping, the engine measured there (bench/README.md): Opacus's
+        hooks and torch.func train one fit at a time (``on`` batches them by ghost clipping or torch.func)."""
+        return cls.batches and not (device_type == "cpu" and training.batched == "auto"
+                                    and training.dp_sgd.clipping != "ghost")
+
     def fit_many(self, specs, data, plans, noises):
         """The releases of one cell family trained as batched models, one stack per architecture (GRU-D's hidden
         size may differ between cells after a search); each by its reserved plan, clipped at its chosen C."""

@@ -82,6 +82,13 @@ class ExpMNF(TrainingMethod):
 
     batches: ClassVar[bool] = True
 
+    @classmethod
+    def batches_cell(cls, cell, training, device_type):
+        """Only flows whose utility reads every record (``batch_size`` None: logistic regression by default) share a
+        pass; GRU-D's minibatched flows would gain nothing from a group and hold K releases' draws until evaluated."""
+        c = training.expm_nf
+        return cls.batches and (c.grud_batch_size if cell.model == "grud" else c.batch_size) is None
+
     def fit_many(self, specs, data, plans, noises):
         """Several flows of one cell family trained together (:func:`train_expm_nf_many`: one pass over the
         training records a step serves every flow); each flow, its draws and its release are what :meth:`fit` makes
@@ -99,10 +106,10 @@ class ExpMNF(TrainingMethod):
                  f"{first.cell.label}/{first.cell.model}/expm_nf: {len(specs)} flows together")
         results = train_expm_nf_many(utilities, params, device=data.y.device,
                                      progress=self.progress(f"{label}: ExpM+NF flow steps"))
-        return [self._release(spec, plan, utility, result)
+        return [self._release(spec, plan, utility, result, len(specs))
                 for spec, plan, utility, result in zip(specs, plans, utilities, results)]
 
-    def _release(self, spec, plan, utility, result) -> Release:
+    def _release(self, spec, plan, utility, result, members: int) -> Release:
         cell, hp, seed = spec.cell, spec.hyperparameters, spec.seed
         theta, log_q = sample_parameters(result.flow, self.training.expm_nf.eval_samples, seed + 10_000)
         chunk = 8 if cell.model == "grud" else 64  # GRU-D holds (draws, records, hours, variables) tensors
@@ -111,7 +118,9 @@ class ExpMNF(TrainingMethod):
         state = {"cell": cell.model_dump(), "seed": seed, "hyperparameters": hp, "flow": result.flow.state_dict(),
                  "released_theta": theta[0].cpu(), "loss_curve": result.history,
                  "note": "ExpM+NF: eps~ is a training parameter; no DP guarantee is proven"}
-        return Release(self.entry(spec, plan), state, {"epochs": None, "final_loss": result.history[-1], **gap},
+        info = {"epochs": None, "final_loss": result.history[-1], **gap, **({"batch_members": members}
+                                                                             if members > 1 else {})}
+        return Release(self.entry(spec, plan), state, info,
                        extra_={"utility": utility, "theta": theta, "utilities": utilities, "chunk": chunk})
 
     def evaluate(self, release, inputs, y) -> Evaluation:

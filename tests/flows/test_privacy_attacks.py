@@ -175,6 +175,8 @@ def test_a_crash_after_training_leaves_the_release_counted(tmp_path, small_extra
     ledger2 = tmp_path / "ledger2.jsonl"
     monkeypatch.setattr(privehr.models.methods.dp_sgd, "train_dp_sgd", dies_in_training)
     config = _config(tmp_path, small_extract, "crash-training", ledger_path=str(ledger2))
+    # one fit at a time here (the two seeds would otherwise train as one batched group, below)
+    config = config.model_copy(update={"training": config.training.model_copy(update={"batched": "off"})})
     with pytest.raises(RuntimeError, match="killed"):
         pipeline(config)
     (crashed,) = ledger_totals(ledger2)
@@ -184,6 +186,29 @@ def test_a_crash_after_training_leaves_the_release_counted(tmp_path, small_extra
     (resumed,) = ledger_totals(ledger2)
     assert resumed.releases == 2 and resumed.pending == 0  # its void settled the dead reservation
     assert resumed.epsilon_dp == pytest.approx(crashed.epsilon_dp, rel=0.02)
+
+    # a batched group (the two seeds as one model, CPU's default) that dies mid-way leaves both reservations counted
+    real_batched = privehr.models.methods.dp_sgd.train_dp_sgd_batched
+    seen = []
+
+    def group_dies(models, *args, **kwargs):
+        seen.append(len(models))
+        raise RuntimeError("killed")
+
+    ledger3 = tmp_path / "ledger3.jsonl"
+    monkeypatch.setattr(privehr.models.methods.dp_sgd, "train_dp_sgd_batched", group_dies)
+    config = _config(tmp_path, small_extract, "crash-group", ledger_path=str(ledger3))
+    with pytest.raises(RuntimeError, match="killed"):
+        pipeline(config)
+    assert seen == [2]  # the default trained the two fits as one group
+    (group,) = ledger_totals(ledger3)
+    assert group.releases == 0 and group.pending == 2
+    assert group.epsilon_dp == pytest.approx(crashed.epsilon_dp, rel=0.02)  # two reservations, as one fit and one dead
+    monkeypatch.setattr(privehr.models.methods.dp_sgd, "train_dp_sgd_batched", real_batched)
+    pipeline(config.model_copy(update={"resume": True}))
+    (group_resumed,) = ledger_totals(ledger3)
+    assert group_resumed.releases == 2 and group_resumed.pending == 0
+    assert group_resumed.epsilon_dp == pytest.approx(resumed.epsilon_dp, rel=0.02)
     statuses = [e.status for e in read_ledger(ledger2)]
     assert statuses.count("void") == 1 and statuses.count("reserved") == 3
 

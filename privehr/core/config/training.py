@@ -197,11 +197,11 @@ class TrainingConfig(_Strict):
                             "seeds) as one batched model, each release with its own Poisson sample, clipping, noise, "
                             "plan and ledger entry (DP-SGD, models/dpsgd/batched.py: the members stacked into one "
                             "module and clipped by ghost clipping, or by torch.func where dp_sgd.clipping is "
-                            "functorch; ExpM+NF's flows, which share each step's pass over the records; other "
-                            "methods fit one by one): auto = on CUDA, and on CPU with ghost clipping "
-                            "in groups of at most 12 where group_size is 0 (on 2 CPU cores a GRU-D group of 12 "
-                            "trained 1.5x as fast as its fits one at a time, of 48 0.8x: bench/README.md); on (a "
-                            "whole family); off")
+                            "functorch; ExpM+NF's flows whose utility reads every record, which share each step's pass "
+                            "over them; other methods fit one by one): auto = on CUDA, and on CPU in groups of at "
+                            "most 12 where group_size is 0, DP-SGD only with ghost clipping (on 2 CPU cores a GRU-D "
+                            "group of 12 trained 1.5x as fast as its fits one at a time, of 48 0.8x: "
+                            "bench/README.md); on (groups of group_size, 0: whole families, any clipping); off")
     group_size: int = Field(0, ge=0, description="at most this many fits per batched group (0: the whole family); "
                                                  "memory is bounded either way (the per-sample gradients go through "
                                                  "in chunks of members)")

@@ -73,18 +73,26 @@ def test_fit_groups_batch_a_cell_family_and_hold_every_fit_once():
 
 
 def test_auto_batches_on_cpu_in_groups_of_at_most_twelve_and_only_by_ghost_clipping():
+    """DP-SGD families in groups of at most 12 on CPU under auto (whole on CUDA), never by Opacus's hooks on CPU under
+    auto; ExpM+NF's families where the utility reads every record (logistic regression), not GRU-D's minibatched
+    ones."""
     import torch
 
     from privehr.models.methods import fit_groups
     from privehr.tasks.train import CPU_GROUP_SIZE, batching, group_size
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    training = TrainingConfig(seeds=5, dp_sgd={"epsilons": [0.5, 1.0, 4.0, 8.0]})  # families of 20 DP-SGD fits
+    training = TrainingConfig(seeds=5, dp_sgd={"epsilons": [0.5, 1.0, 4.0, 8.0]},  # families of 20 DP-SGD fits
+                              expm_nf={"models": ["logistic_regression", "grud"], "seeds": 2})
     cells = grid(training, ["mort_icu"])
 
+    def groups_of(t, device, method="dp_sgd", model=None):
+        groups = fit_groups(cells, t, batching(t, device), group_size(t, device), device.type)
+        return sorted(len(g) for g in groups if cells[g[0][0]].method == method
+                      and model in (None, cells[g[0][0]].model))
+
     def dp_sgd_groups(t, device):
-        groups = fit_groups(cells, t, batching(t, device), group_size(t, device))
-        return sorted(len(g) for g in groups if cells[g[0][0]].method == "dp_sgd")
+        return groups_of(t, device)
 
     assert CPU_GROUP_SIZE == 12
     assert dp_sgd_groups(training, cpu) == [8, 8, 12, 12]  # each family of 20 in chunks of 12 and 8
@@ -93,7 +101,13 @@ def test_auto_batches_on_cpu_in_groups_of_at_most_twelve_and_only_by_ghost_clipp
     assert dp_sgd_groups(training.model_copy(update={"group_size": 5}), cpu) == [5] * 8  # the setting wins
     assert dp_sgd_groups(training.model_copy(update={"batched": "off"}), cuda) == [1] * 40
     opacus = training.model_copy(update={"dp_sgd": training.dp_sgd.model_copy(update={"clipping": "opacus"})})
-    assert not batching(opacus, cpu) and batching(opacus, cuda)  # Opacus's hooks train one fit at a time on CPU
+    assert dp_sgd_groups(opacus, cpu) == [1] * 40  # Opacus's hooks train one fit at a time on CPU under auto
+    assert dp_sgd_groups(opacus, cuda) == [20, 20]
+    assert dp_sgd_groups(opacus.model_copy(update={"batched": "on"}), cpu) == [20, 20]
+    eps = len(training.expm_nf.epsilons)
+    assert training.expm_nf.batch_size is None and training.expm_nf.grud_batch_size is not None
+    assert groups_of(training, cpu, "expm_nf", "logistic_regression") == [2 * eps]  # one shared pass a step
+    assert groups_of(training, cpu, "expm_nf", "grud") == [1] * (2 * eps)  # minibatched flows: one at a time
 
 
 @pytest.mark.parametrize("profile", ["demo", "full"])
