@@ -36,6 +36,7 @@ from privehr.models.data.cohort import DEMOGRAPHICS, LABELS
 from privehr.models.evaluation.subgroups import large_enough, subgroups
 from privehr.core.run_layout import RunLayout
 from privehr.core.config import Cell, EvaluationConfig
+from privehr.models.methods import is_baseline
 from privehr.tasks.features import load_split
 
 __all__ = ["predictions_path", "save_predictions", "evaluate_cells", "CellKey", "TestEvaluation", "cell_key",
@@ -190,8 +191,9 @@ def _group_row(key, attribute, group, auroc, interval) -> dict:
 
 
 def baseline_key(keys, medians: dict, label: str, model: str):
-    """The non-private cell of (label, model) with the best median AUROC (the curve checks' baseline)."""
-    plain = [k for k in keys if k[0] == label and k[1] == model and k[2] == "non_private"]
+    """The baseline cell (non-private: its method's ``baseline``) of (label, model) with the best median AUROC (the
+    curve checks' baseline)."""
+    plain = [k for k in keys if k[0] == label and k[1] == model and is_baseline(k[2])]
     finite = [k for k in plain if np.isfinite(medians.get(k, np.nan))]
     return max(finite, key=lambda k: medians[k]) if finite else None
 
@@ -200,7 +202,7 @@ def _privacy_cost(out: TestEvaluation, group_auroc: dict, confidence: float) -> 
     medians = {k: c["auroc_median"] for k, c in out.cells.items()}
     rows = []
     for key in sorted(group_auroc):
-        if key[2] == "non_private":
+        if is_baseline(key[2]):
             continue
         base = baseline_key(group_auroc, medians, key[0], key[1])
         if base is None:

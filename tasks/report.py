@@ -13,7 +13,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 
 from privehr.models.evaluation.dp_utility_checks import check_dp_sgd_curves
 from privehr.models.evaluation.grid_summary import summarise_grid
-from privehr.models.methods import method_display_name
+from privehr.models.methods import epsilon_label, method_display_name
 from privehr.models.privacy.ledger import compose_entries
 from privehr.core.records import FitRow
 from privehr.core.run_layout import RunLayout
@@ -306,8 +306,7 @@ def console_table(summary: dict) -> str:
     rows = []
     for r in summary["results"]:
         method = method_display_name(r["method"]) + f" ({r['loss']})"
-        epsilon = ("-" if r["method"] == "non_private" else f"eps~ {r['target_epsilon']:g}"
-                   if r["method"] == "expm_nf" else _cell(r.get("epsilon_prv")))
+        epsilon = _cell(epsilon_label(r["method"], r["target_epsilon"], r.get("epsilon_prv")))
         cell = cells.get(_key(r), {})
         low_high, median = cell.get("auroc_ci"), cell.get("auroc_median", r.get("auroc_median"))
         auroc = "n/a" if median is None or median != median else f"{median:.3f}" + (

@@ -64,8 +64,8 @@ from privehr.models.dpsgd.noisy_step import poisson_indices
 from privehr.models.privacy.randomness import NoiseSource, gaussian_noise
 from privehr.models.privacy.release_plan import ReleasePlan
 
-__all__ = ["train_dp_sgd_batched", "same_architecture", "stackable", "PER_SAMPLE", "MAX_GRADIENT_ELEMENTS", "BETAS",
-           "EPS"]
+__all__ = ["train_dp_sgd_batched", "same_architecture", "stackable", "adamw_step", "PER_SAMPLE",
+           "MAX_GRADIENT_ELEMENTS", "BETAS", "EPS"]
 
 #: how a batched group takes its per-sample gradient norms and clipped sums
 PER_SAMPLE = ("auto", "ghost", "functorch")
@@ -166,7 +166,7 @@ def train_dp_sgd_batched(models: Sequence[nn.Module], x_train: tuple[torch.Tenso
                 noise = gaussian_noise(sums[n][k].shape, std, generators[k], device, dtype)
                 rows.append((sums[n][k] + noise) / (plans[k].sample_rate * plans[k].n))
             gradient[n] = torch.stack(rows)
-        _adamw_step(params, gradient, exp_avg, exp_avg_sq, lr, wd, t + 1, torch.tensor(active, device=device))
+        adamw_step(params, gradient, exp_avg, exp_avg_sq, lr, wd, t + 1, torch.tensor(active, device=device))
         for k in range(k_models):
             if active[k]:
                 taken[k] += 1
@@ -286,7 +286,7 @@ class _FunctorchEngine:
                         p.copy_(self.params[n][k])
 
 
-def _adamw_step(params, grads, exp_avg, exp_avg_sq, lr, wd, step: int, active: torch.Tensor) -> None:
+def adamw_step(params, grads, exp_avg, exp_avg_sq, lr, wd, step: int, active: torch.Tensor) -> None:
     """torch.optim.AdamW's update (decoupled weight decay, bias corrections) of every active member, each at its own
     learning rate and weight decay; inactive members (their plan's steps taken) keep their weights and state. All
     active members are at the same step count: every member starts at step 1 and stops at its T."""

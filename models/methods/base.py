@@ -42,7 +42,7 @@ from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import ReleasePlan
 
 __all__ = ["TrainingMethod", "ClassifierMethod", "FitSpec", "CellData", "Release", "Evaluation", "register_method",
-           "method_display_name",
+           "method_display_name", "is_baseline", "epsilon_label",
            "get_method", "create_method", "TRAINING_METHODS", "grid", "seeds_of", "fit_groups", "Progress"]
 
 TRAINING_METHODS: Registry["TrainingMethod"] = Registry("training method", declared=get_args(Method),
@@ -60,6 +60,18 @@ def method_display_name(name: str, figure: bool = False) -> str:
     except (KeyError, ValueError):
         return name
     return (method.figure_label or method.display_name) if figure else method.display_name
+
+
+def is_baseline(name: str) -> bool:
+    """Whether the cells of method ``name`` are the baseline the DP curves are judged against (its ``baseline``);
+    an unknown name is not."""
+    return name in TRAINING_METHODS and TRAINING_METHODS[name].baseline
+
+
+def epsilon_label(name: str, target_epsilon: float | None, accounted: float | None) -> str | float | None:
+    """What a results table shows as a row's epsilon (its method's :meth:`TrainingMethod.epsilon_label`); an
+    unknown method's row its accounted epsilon."""
+    return TRAINING_METHODS[name].epsilon_label(target_epsilon, accounted) if name in TRAINING_METHODS else accounted
 
 #: a progress reporter's factory: description -> progress(done, total) callback (or None)
 Progress = Callable[[str], Callable[[int, int], None] | None]
@@ -127,6 +139,8 @@ class TrainingMethod(ABC):
     #: with a single configuration there is nothing to choose, so no search run is trained (a fixed,
     #: accounted number of epochs or steps); a method whose search early-stops on dev still trains it
     fixed_without_search: ClassVar[bool] = True
+    #: its cells are the baseline every DP curve of the same label and model is judged against (the report's checks)
+    baseline: ClassVar[bool] = False
     #: model -> parameter -> ("log", low, high) | ("int", low, high) | ("choice", [values]); a DP method's space
     #: holds only what leaves its privacy plan unchanged (see models.classifiers.hyperparameter_search)
     search_spaces: ClassVar[dict[str, dict]] = {}
@@ -135,6 +149,12 @@ class TrainingMethod(ABC):
                  progress: Progress | None = None):
         self.training, self.privacy = training, privacy or PrivacyConfig()
         self.progress = progress or (lambda description: None)
+
+    @classmethod
+    def epsilon_label(cls, target_epsilon: float | None, accounted: float | None) -> str | float | None:
+        """What a results table shows as a row's epsilon: the accounted (PRV) epsilon of its release; a method
+        without one, or whose epsilon means something else, says so."""
+        return accounted
 
     # --- the grid -------------------------------------------------------------------------------------------
     def epsilons(self) -> list[float | None]:

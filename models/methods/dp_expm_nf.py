@@ -25,10 +25,11 @@ import torch
 
 from privehr.models.evaluation.metrics import binary_metrics
 from privehr.models.expm.batched_utility import BatchedUtility
-from privehr.models.expm.dp_trained import DPExpMHyperparameters, flow_mean, train_dp_expm
+from privehr.models.expm.dp_trained import (DPExpMHyperparameters, batches_together, flow_mean, train_dp_expm,
+                                            train_dp_expm_many)
 from privehr.models.expm.mechanism import (draw_probabilities, draw_utilities, fit_gap, posterior_predictive,
                                          sample_parameters)
-from privehr.models.methods.base import Evaluation, Release, TrainingMethod, register_method
+from privehr.models.methods.base import Evaluation, Release, register_method
 from privehr.models.methods.dp_sgd import DPSGD
 from privehr.models.privacy.randomness import public_seed
 
@@ -42,9 +43,6 @@ class DPExpMNF(DPSGD):
     name: ClassVar[str] = "dp_expm_nf"
     display_name: ClassVar[str] = "ExpM flow by DP-SGD"
     figure_label: ClassVar[str] = "ExpM flow by DP-SGD (mean)"
-    # its releases are flows fitted one at a time (batching the DP-trained flow is not built yet)
-    batches: ClassVar[bool] = False
-    fit_many = TrainingMethod.fit_many
     # batch size and epochs set the plan, so they are not searched (as DP-SGD)
     search_spaces: ClassVar[dict[str, dict]] = {
         "grud": {"learning_rate": ("log", 3e-3, 1e-1), "max_grad_norm": ("log", 0.1, 5.0),
@@ -71,23 +69,61 @@ class DPExpMNF(DPSGD):
             hp["hidden_size"] = self.training.grud.hidden_size
         return hp
 
+    @staticmethod
+    def _hyperparameters(hp: dict) -> DPExpMHyperparameters:
+        return DPExpMHyperparameters(hp["temperature"], hp["learning_rate"], hp["draws"], hp["init_scale"], hp["l1"])
+
+    def _utility(self, spec, data) -> tuple[object, BatchedUtility]:
+        model = self.build(spec, data)
+        return model, BatchedUtility(model, data.inputs, data.y, l1=spec.hyperparameters["l1"], loss=spec.cell.loss)
+
     def fit(self, spec, data, plan, noise) -> Release:
         """Train the flow by ``plan`` (the reserved one); the classifier is the flow's mean."""
         if plan is None:
             raise ValueError(f"{spec.cell.cell_id} {spec.what}: a DP-trained ExpM flow needs the plan the budget "
                              "check reserved")
-        hp = spec.hyperparameters
-        plan = plan.clipped_at(hp["max_grad_norm"])
-        model = self.build(spec, data)
-        utility = BatchedUtility(model, data.inputs, data.y, l1=hp["l1"], loss=spec.cell.loss)
-        flow, _ = train_dp_expm(utility, DPExpMHyperparameters(hp["temperature"], hp["learning_rate"],
-                                                                     hp["draws"], hp["init_scale"], hp["l1"]),
-                                      plan, noise, self.epochs_progress(spec))
+        plan = plan.clipped_at(spec.hyperparameters["max_grad_norm"])
+        model, utility = self._utility(spec, data)
+        flow, _ = train_dp_expm(utility, self._hyperparameters(spec.hyperparameters), plan, noise,
+                                self.epochs_progress(spec))
+        return self._release(spec, data, plan, (model, utility, flow), {"noise_source": noise.kind})
+
+    batches: ClassVar[bool] = True
+
+    @classmethod
+    def batches_cell(cls, cell, training, device_type):
+        """Logistic regression's flows, whose record gradients are closed form (:func:`train_dp_expm_many`); GRU-D's
+        go through torch.func one flow at a time."""
+        return cls.batches and cell.model == "logistic_regression"
+
+    def fit_many(self, specs, data, plans, noises):
+        """The flows of one cell family trained together (:func:`train_dp_expm_many`), each by its reserved plan,
+        clipped at its chosen C, with its own noise, draws and sample."""
+        families = {(s.cell.label, s.cell.model, s.cell.loss) for s in specs}
+        if len(families) != 1 or any(p is None for p in plans):
+            raise ValueError(f"a group of DP-trained ExpM flows is one label, model and loss, each release with its "
+                             f"reserved plan; got {sorted(families)}")
+        clipped = [plan.clipped_at(spec.hyperparameters["max_grad_norm"]) for spec, plan in zip(specs, plans)]
+        built = [self._utility(spec, data) for spec in specs]
+        hps = [self._hyperparameters(spec.hyperparameters) for spec in specs]
+        first = specs[0].cell
+        progress = self.progress(f"{first.label}/{first.model}/dp_expm_nf/{first.loss}: {len(specs)} flows "
+                                 "together, steps")
+        flows = train_dp_expm_many(built[0][1], hps, clipped, noises, progress)
+        members = len(specs) if batches_together(built[0][1], hps) else 1
+        return [self._release(spec, data, plan, (model, utility, flow), {"noise_source": noise.kind,
+                                                                         "batch_members": members})
+                for spec, plan, (model, utility), flow, noise in zip(specs, clipped, built, flows, noises)]
+
+    def _release(self, spec, data, plan, fitted: tuple, extra: dict) -> Release:
+        """The release of a trained flow (``fitted``: the classifier, its utility and the flow): the classifier set to
+        the flow's mean, the flow's state, the draws evaluated; ``extra`` joins the training info."""
+        hp, (model, utility, flow) = spec.hyperparameters, fitted
         mean = flow_mean(flow)
         with torch.no_grad():
             for p, value in zip(model.parameters(), mean.split(utility.sizes)):
                 p.copy_(value.reshape(p.shape))
-        info = {"epochs": hp["epochs"], **plan.record(), "noise_source": noise.kind}
+        info = {"epochs": hp["epochs"], **plan.record(), **extra}
         if data.dev is not None:
             info["dev_auroc"] = self.evaluate_model(model, *data.dev)["auroc"]
         flow_state = {k: v.detach().cpu() for k, v in flow.state_dict().items()}

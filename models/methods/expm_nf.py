@@ -39,6 +39,10 @@ class ExpMNF(TrainingMethod):
     name: ClassVar[str] = "expm_nf"
     display_name: ClassVar[str] = "ExpM+NF"
     figure_label: ClassVar[str] = "ExpM+NF (eps~, no proven DP)"
+
+    @classmethod
+    def epsilon_label(cls, target_epsilon, accounted):
+        return f"eps~ {target_epsilon:g}"  # a training parameter: no epsilon is accounted
     search_spaces: ClassVar[dict[str, dict]] = {
         "grud": {"learning_rate": ("log", 1e-3, 3e-2), "base_sigma": ("log", 1e-3, 0.1),
                  "l1": ("log", 1e-4, 1e-1), "hidden_size": ("int", 8, 48)},

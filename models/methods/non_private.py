@@ -16,6 +16,11 @@ class NonPrivate(ClassifierMethod):
     display_name: ClassVar[str] = "non-private"
     fixed_without_search: ClassVar[bool] = False  # its search early-stops on dev and chooses the epoch count
     batch_norm: ClassVar[bool] = True
+    baseline: ClassVar[bool] = True  # the curve every DP method's is judged against
+
+    @classmethod
+    def epsilon_label(cls, target_epsilon, accounted):
+        return "-"  # no privacy parameter
     search_spaces: ClassVar[dict[str, dict]] = {
         "grud": {"learning_rate": ("log", 5e-4, 1e-2), "hidden_size": ("int", 16, 64),
                  "weight_decay": ("log", 1e-5, 1e-1), "batch_size": ("choice", [64, 128, 256])},

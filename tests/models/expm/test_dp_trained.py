@@ -10,10 +10,10 @@ from torch.nn.functional import binary_cross_entropy_with_logits
 
 from privehr.models.classifiers import build_classifier, classifier_inputs
 from privehr.models.classifiers.logistic_regression import LogisticRegression
-from privehr.models.dpsgd.noisy_step import clipped_sum
+from privehr.models.dpsgd.noisy_step import clipped_sum, poisson_indices
 from privehr.models.expm.batched_utility import BatchedUtility
-from privehr.models.expm.dp_trained import (DPExpMHyperparameters, gaussian_parameter_flow, record_gradients,
-                                            shared_gradients, train_dp_expm)
+from privehr.models.expm.dp_trained import (DPExpMHyperparameters, batches_together, gaussian_parameter_flow,
+                                            record_gradients, shared_gradients, train_dp_expm, train_dp_expm_many)
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import ReleasePlan
 
@@ -122,3 +122,99 @@ def test_a_dp_trained_flow_finds_the_signal_and_its_spread_shrinks_with_the_temp
         assert (torch.sign(weights[[0, 1, 4, 5]]) == torch.sign(w[[0, 1, 4, 5]])).all(), temperature
         scales[temperature] = float((torch.exp(flow.log_scale.detach()) * flow.base_sigma).median())
     assert scales[50.0] < scales[2.0]
+
+
+def _family(utility, k_flows):
+    """K flows of one family as the grid trains them: epsilons, chosen C, temperatures, L1 weights, learning rates and
+    step counts all differ."""
+    plans = [ReleasePlan.for_epochs(utility.n, batch_size=40, epochs=2 + k % 2, target_epsilon=(0.5, 2.0, 8.0)[k % 3],
+                                    delta=1e-5).clipped_at(0.2 + 0.3 * k) for k in range(k_flows)]
+    hps = [DPExpMHyperparameters(temperature=5.0 + 10 * k, learning_rate=0.02 * (1 + k % 2), draws=3, init_scale=0.1,
+                                 l1=1e-3 * (k % 2)) for k in range(k_flows)]
+    return plans, hps
+
+
+@pytest.mark.parametrize("loss", ["l2", "bce"])
+@pytest.mark.parametrize("k_flows", [1, 4])
+def test_flows_trained_together_equal_each_trained_alone(k_flows, loss):
+    """Under reproducible noise, K flows trained together (the factored norms and sums, a padded batch per flow) end
+    where train_dp_expm takes each alone, in float64 to rounding: the same samples, draws, clipping and noise, every
+    flow its own plan, step count and hyperparameters. One record is extreme (its gradient's norm overflows): both
+    paths give it no weight."""
+    utility, _ = _simulated(n=300)
+    x = utility.inputs[0].double()
+    x[7] = 1e200
+    utility = BatchedUtility(LogisticRegression(x.shape[1]).double(), (x,), utility.y.double(), l1=1e-3, loss=loss)
+    plans, hps = _family(utility, k_flows)
+    noises = lambda: [NoiseSource.reproducible("family", k) for k in range(k_flows)]  # noqa: E731
+    calls = []
+    together = train_dp_expm_many(utility, hps, plans, noises(), lambda step, total: calls.append((step, total)))
+    alone = [train_dp_expm(utility, hp, plan, noise)[0] for hp, plan, noise in zip(hps, plans, noises())]
+    assert batches_together(utility, hps) and calls[-1] == (max(p.steps for p in plans),) * 2
+    assert len({p.steps for p in plans}) == min(k_flows, 2)
+    sampler = NoiseSource.reproducible("family", 0).torch_generator("sampling")
+    assert any(7 in poisson_indices(plans[0], sampler, utility.n).tolist() for _ in range(plans[0].steps))
+    for a, b in zip(together, alone):
+        assert not a.training and torch.isfinite(a.shift).all()
+        assert torch.allclose(a.shift, b.shift, rtol=0, atol=1e-12)
+        assert torch.allclose(a.log_scale, b.log_scale, rtol=0, atol=1e-12)
+        assert float(a.shift.abs().max()) > 1e-3  # trained, not both at the start
+
+
+def test_flows_trained_together_draw_fresh_noise_each():
+    """K identical flows (one plan, one configuration) trained together on the same records release K different
+    flows: each has its own sample, draws and noise from OS entropy, and none is another's copy."""
+    utility, _ = _simulated(n=300)
+    plan = ReleasePlan.for_epochs(utility.n, batch_size=40, epochs=2, target_epsilon=1.0, delta=1e-5)
+    hp = DPExpMHyperparameters(temperature=10.0, learning_rate=0.05, draws=2, init_scale=0.1)
+    flows = train_dp_expm_many(utility, [hp] * 3, [plan] * 3, [NoiseSource.secret() for _ in range(3)])
+    shifts = [f.shift.detach() for f in flows]
+    assert all(not torch.equal(shifts[i], shifts[j]) for i in range(3) for j in range(i + 1, 3))
+    assert all(float((s - shifts[0]).abs().max()) > 1e-4 for s in shifts[1:])
+
+
+def test_a_family_that_cannot_step_together_trains_one_flow_at_a_time():
+    """GRU-D's record gradients go through torch.func, and flows with different draw counts cannot share a step's
+    products: each trains as train_dp_expm trains it."""
+    utility, flow, _ = _problem("grud")
+    plan = ReleasePlan.for_epochs(utility.n, batch_size=20, epochs=1, target_epsilon=2.0, delta=1e-5)
+    hps = [DPExpMHyperparameters(temperature=5.0, learning_rate=0.05, draws=d, init_scale=0.1) for d in (2, 3)]
+    assert not batches_together(utility, hps[:1])
+    lr, _ = _simulated(n=100)
+    assert not batches_together(lr, hps) and batches_together(lr, hps[:1])
+    utility = BatchedUtility(utility.model.float(), tuple(t.float() for t in utility.inputs), utility.y.float())
+    together = train_dp_expm_many(utility, hps, [plan] * 2, [NoiseSource.reproducible("g", k) for k in range(2)])
+    alone = [train_dp_expm(utility, hp, plan, NoiseSource.reproducible("g", k))[0] for k, hp in enumerate(hps)]
+    assert all(torch.equal(a.shift, b.shift) for a, b in zip(together, alone))
+
+
+def test_one_record_moves_the_flows_clipped_sums_by_at_most_their_c():
+    """The attack on the batched path's clipping (float32, as it trains): in every flow's batch one record with a huge
+    feature whose coefficients are chosen so that every sum in its gradient cancels (sum_j c_ij, sum_j c_ij cen_jd and
+    the bias's), a form an expanded norm's rounding would report as zero. Each flow's clipped sums with and without
+    that record differ by at most its C, and the sums equal those of the per-record gradients clipped one by one."""
+    from privehr.models.expm.dp_trained import clipped_record_sums
+
+    g = torch.Generator().manual_seed(11)
+    k, m, features, width = 6, 4, 3, 5
+    centred = torch.randn(k, m, features + 1, generator=g, dtype=torch.float64) * 0.05
+    x = torch.randn(k, width, features, generator=g, dtype=torch.float64)
+    x[:, 0] = 0.0
+    x[:, 0, 0] = 1e6  # row 0 of each flow: one huge feature
+    c = torch.randn(k, m, width, generator=g, dtype=torch.float64) * 0.3
+    constraints = torch.cat([torch.ones(k, 1, m, dtype=torch.float64), centred[:, None, :, 0],
+                             centred[:, None, :, features]], 1)
+    c[:, :, 0] = torch.linalg.svd(constraints).Vh[:, -1] * 2.0  # every sum of row 0's gradient zero in exact terms
+    x, c, centred = x.float(), c.float(), centred.float()
+    clip = torch.tensor([0.1, 0.5, 1.0, 2.0, 5.0, 10.0])
+    valid = torch.ones(k, width, dtype=torch.bool)
+    with_it = clipped_record_sums(x, x.square().sum(2), c, centred, clip, valid)
+    without = clipped_record_sums(x, x.square().sum(2), c, centred, clip, valid & (torch.arange(width) > 0))
+    moved = torch.sqrt(sum((a.double() - b.double()).square().sum(1) for a, b in zip(with_it, without)))
+    assert (moved <= clip * (1 + 1e-4)).all(), (moved / clip).max()
+    for flow in range(k):  # against record_gradients' per-record gradients clipped by clipped_sum, flow by flow
+        a = torch.cat([x[flow], torch.ones(width, 1)], 1)
+        grads = {"shift": c[flow].sum(0)[:, None] * a, "log_scale": a * (c[flow].T @ centred[flow])}
+        expected, _ = clipped_sum(grads, float(clip[flow]))
+        assert torch.allclose(with_it[0][flow], expected["shift"], rtol=1e-4, atol=1e-4 * float(clip[flow]))
+        assert torch.allclose(with_it[1][flow], expected["log_scale"], rtol=1e-4, atol=1e-4 * float(clip[flow]))
