@@ -4,8 +4,8 @@ the grid batches and the one it does not:
 * DP-SGD, logistic regression and GRU-D (models/dpsgd/batched.py: the members stacked, ghost clipping);
 * the DP-trained ExpM flow of logistic regression (models/expm/dp_trained.py, ``train_dp_expm_many``: the flows'
   Poisson batches gathered together, their record norms and clipped sums by factored products);
-* non-private GRU-D: **not batched** (AdamW with early stopping on dev, one fit at a time); its fits per second one at
-  a time are printed beside the others, and no batched figure is made up for it.
+* non-private final fits, GRU-D and logistic regression (models/classifiers/batched_training.py: a cell's seeds
+  stacked, each its own shuffles and AdamW state; the pipeline batches them where this table says it pays).
 
 Each at K = ``--members`` releases per group (the demo's families are 12: 4 epsilons x 3 seeds), as the pipeline runs
 them on CPU (``--concurrent 2``: two task runs at once, one torch thread each, one fit or one group per task run). The
@@ -15,7 +15,6 @@ records flattened as logistic regression reads them. Both paths draw from the sa
 largest weight difference between them is printed: float rounding only.
 
     python bench/grid_batch.py [--members 1 4 12 48] [--concurrent 2] [--stays 2800] [--device auto]
-                               [--non-private-members 1 4]
 
 Prints JSON and writes bench/results/grid_batch_<device>.json.
 """
@@ -23,6 +22,7 @@ Prints JSON and writes bench/results/grid_batch_<device>.json.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from batched_grid import EPSILONS, _data, _measure, _sync  # noqa: E402
 from privehr.models.classifiers import build_classifier, classifier_inputs  # noqa: E402
+from privehr.models.classifiers.batched_training import fit_binary_classifiers_batched  # noqa: E402
 from privehr.models.classifiers.training import TrainingHyperparameters, fit_binary_classifier  # noqa: E402
 from privehr.models.device import resolve_device  # noqa: E402
 from privehr.models.expm.batched_utility import BatchedUtility  # noqa: E402
@@ -82,24 +83,38 @@ def _flows(k_members, args, inputs, y, device):
     return _summary(k_members, args, timings, {"batched": difference}, [p.steps for p in plans])
 
 
-def _non_private(k_members, args, inputs, y, device):
-    """Non-private GRU-D fits one at a time (not batched) at the pipeline's learning rate, weight decay and batch size
-    (NonPrivateConfig) for DP-SGD's 5 epochs (a final fit trains the epochs its search chose; no dev split here):
-    fits per second only."""
+def _non_private(k_members, args, inputs, y, device, model="grud"):
+    """A cell's non-private final fits (seeds) one at a time against stacked (fit_binary_classifiers_batched), at the
+    pipeline's learning rate, weight decay and batch size (NonPrivateConfig) for DP-SGD's 5 epochs (a final fit trains
+    the epochs its search chose, without a dev split), ``--concurrent`` cells at once."""
     c = NonPrivateConfig()
-    hp = lambda k: TrainingHyperparameters(c.learning_rate, c.weight_decay, c.batch_size, 5, c.patience,  # noqa: E731
-                                           seed=k)
-    timings = {"one_by_one": []}
+    hps = [TrainingHyperparameters(c.learning_rate, c.weight_decay, c.batch_size, 5, c.patience, seed=k)
+           for k in range(k_members)]
+    initial = [build_classifier(model, 104, 24, seed=k, hidden_size=32).to(device) for k in range(k_members)]
+    timings, difference = {"one_by_one": [], "batched": []}, 0.0
     for _ in range(args.repeats):
         with ThreadPoolExecutor(args.concurrent) as pool:
-            seconds, _ = _timed(device, lambda: list(pool.map(
-                lambda k: fit_binary_classifier(build_classifier("grud", 104, 24, seed=k, hidden_size=32).to(device),
-                                                inputs, y, None, None, hp(k)),
-                range(args.concurrent * k_members))))
-        timings["one_by_one"].append(seconds)
-    out = _summary(k_members, args, timings, {}, None)
-    out["batched"] = "not batched: non-private fits train one at a time (AdamW, early stopping on dev)"
-    return out
+            seconds, alone = _timed(device, lambda: list(pool.map(
+                lambda fk: _fit_alone(copy.deepcopy(initial[fk[1]]), inputs, y, hps[fk[1]]),
+                [(f, k) for f in range(args.concurrent) for k in range(k_members)])))
+            timings["one_by_one"].append(seconds)
+            seconds, together = _timed(device, lambda: list(pool.map(
+                lambda f: _fit_together([copy.deepcopy(m) for m in initial], inputs, y, hps),
+                range(args.concurrent))))
+            timings["batched"].append(seconds)
+        difference = max(difference, *(float((a - b).detach().abs().max()) for ma, mb in zip(alone, together[0])
+                                       for a, b in zip(ma.parameters(), mb.parameters())))
+    return _summary(k_members, args, timings, {"batched": difference}, [5] * k_members)
+
+
+def _fit_alone(model, inputs, y, hp):
+    fit_binary_classifier(model, inputs, y, None, None, hp)
+    return model
+
+
+def _fit_together(models, inputs, y, hps):
+    fit_binary_classifiers_batched(models, inputs, y, hps)
+    return models
 
 
 def _speedup(row) -> float | None:
@@ -123,8 +138,6 @@ def _summary(k_members, args, timings, difference, steps):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--members", type=int, nargs="+", default=[1, 4, 12, 48])
-    parser.add_argument("--non-private-members", type=int, nargs="+", default=[1, 4],
-                        help="K for the non-private GRU-D fits (one at a time whatever K: only their rate is timed)")
     parser.add_argument("--concurrent", type=int, default=2)
     parser.add_argument("--stays", type=int, default=2800)
     parser.add_argument("--repeats", type=int, default=1)
@@ -150,7 +163,9 @@ def main() -> None:
         "dp_sgd_grud": [_measure(k, sgd("grud"), inputs["grud"], y, device, ["ghost"]) for k in args.members],
         "dp_expm_flow_logistic_regression": [_flows(k, args, inputs["logistic_regression"], y, device)
                                              for k in args.members],
-        "non_private_grud": [_non_private(k, args, inputs["grud"], y, device) for k in args.non_private_members],
+        "non_private_grud": [_non_private(k, args, inputs["grud"], y, device) for k in args.members],
+        "non_private_logistic_regression": [_non_private(k, args, inputs["logistic_regression"], y, device,
+                                                         "logistic_regression") for k in args.members],
     }
     result = {
         "device": str(device),

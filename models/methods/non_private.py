@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from privehr.models.classifiers.batched_training import fit_binary_classifiers_batched, fits_together
 from privehr.models.classifiers.training import TrainingHyperparameters, fit_binary_classifier
 from privehr.models.methods.base import ClassifierMethod, register_method
 
@@ -45,12 +46,41 @@ class NonPrivate(ClassifierMethod):
     def guarantee(self, what: str = "final fit") -> str:
         return "non_private"
 
-    def train(self, model, spec, data, plan, noise) -> tuple[object, dict]:
+    def _hyperparameters(self, spec) -> TrainingHyperparameters:
         hp, c = spec.hyperparameters, self.training.non_private
-        params = TrainingHyperparameters(learning_rate=hp["learning_rate"], weight_decay=hp["weight_decay"],
-                                         batch_size=hp["batch_size"], max_epochs=hp["epochs"],
-                                         patience=c.patience, seed=spec.seed, early_stopping=c.early_stopping)
-        result = fit_binary_classifier(model, data.inputs, data.y, *(data.dev or (None, None)), params,
-                                       spec.cell.loss, self.epochs_progress(spec))
+        return TrainingHyperparameters(learning_rate=hp["learning_rate"], weight_decay=hp["weight_decay"],
+                                       batch_size=hp["batch_size"], max_epochs=hp["epochs"], patience=c.patience,
+                                       seed=spec.seed, early_stopping=c.early_stopping)
+
+    batches: ClassVar[bool] = True
+
+    @classmethod
+    def batches_cell(cls, cell, training, device_type):
+        """A cell's final fits (its seeds: one configuration, a fixed epoch count, no dev split) train together,
+        unless GRU-D has batch norm, which would mix the members' rows. On CPU under ``auto`` only GRU-D's: stacked
+        logistic regressions ran at 0.3-0.55x one at a time there (bench/grid_batch.py: memory-bound gathers)."""
+        if cell.model == "grud" and training.grud.batch_norm:
+            return False
+        return cls.batches and not (device_type == "cpu" and training.batched == "auto"
+                                    and cell.model == "logistic_regression")
+
+    def fit_many(self, specs, data, plans, noises):
+        """The fits of one cell trained as one stacked model (:func:`fit_binary_classifiers_batched`), each its own
+        seed's shuffles and AdamW state; one at a time where they cannot (a dev split to early-stop on, batch norm,
+        different batch sizes or epoch counts)."""
+        models, hps = [self.build(spec, data) for spec in specs], [self._hyperparameters(spec) for spec in specs]
+        if data.dev is not None or not fits_together(models, hps):
+            return super().fit_many(specs, data, plans, noises)
+        first = specs[0].cell
+        results = fit_binary_classifiers_batched(models, data.inputs, data.y, hps, first.loss, self.progress(
+            f"{first.cell_id}: {len(specs)} fits batched, epochs"))
+        return [self.release(spec, data, plan, model, {"epochs": result.epochs_run,
+                                                       "dev_auroc": result.best_dev_auroc,
+                                                       "batch_members": len(specs)})
+                for spec, plan, model, result in zip(specs, plans, models, results)]
+
+    def train(self, model, spec, data, plan, noise) -> tuple[object, dict]:
+        result = fit_binary_classifier(model, data.inputs, data.y, *(data.dev or (None, None)),
+                                       self._hyperparameters(spec), spec.cell.loss, self.epochs_progress(spec))
         return model, {"epochs": result.best_epoch if data.dev else result.epochs_run,
                        "dev_auroc": result.best_dev_auroc}

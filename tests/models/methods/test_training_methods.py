@@ -64,7 +64,7 @@ def test_fit_groups_batch_a_cell_family_and_hold_every_fit_once():
         for group in groups:
             family = {(cells[i].label, cells[i].model, cells[i].method, cells[i].loss) for i, _ in group}
             assert len(family) == 1 and len(group) <= 4
-            assert len(group) == 1 or (batched and cells[group[0][0]].method in ("dp_sgd", "expm_nf", "dp_expm_nf"))
+            assert len(group) == 1 or batched
     # 2 labels x 2 models: 3 epsilons x 3 seeds = 9 DP-SGD fits per family, in chunks of 4, 4 and 1
     dp_sgd = [len(g) for g in fit_groups(cells, training, True) if cells[g[0][0]].method == "dp_sgd"]
     assert sorted(dp_sgd) == [1] * 4 + [4] * 8
@@ -113,6 +113,12 @@ def test_auto_batches_on_cpu_in_groups_of_at_most_twelve_and_only_by_ghost_clipp
     assert len(both.dp_expm_nf.epsilons) == 4
     assert groups_of(both, cpu, "dp_expm_nf", "logistic_regression") == [8, 12]  # closed-form flows: together
     assert groups_of(both, cpu, "dp_expm_nf", "grud") == [1] * 20  # torch.func: one flow at a time
+    # non-private: a cell's seeds stacked; on CPU under auto only GRU-D's (stacked logistic regressions lost there)
+    assert groups_of(training, cpu, "non_private", "grud") == [5]
+    assert groups_of(training, cpu, "non_private", "logistic_regression") == [1] * 5
+    assert groups_of(training, cuda, "non_private", "logistic_regression") == [5]
+    normed = training.model_copy(update={"grud": training.grud.model_copy(update={"batch_norm": True})})
+    assert groups_of(normed, cuda, "non_private", "grud") == [1] * 5  # batch norm would mix the members' rows
 
 
 @pytest.mark.parametrize("profile", ["demo", "full"])
