@@ -57,6 +57,16 @@ def _data(n, hours, variables, seed=0):
     return values, mask, delta, y
 
 
+def _prepare(args):
+    """The device, torch's threads per task run (``--concurrent``) and the synthetic records, labels on the device."""
+    device = resolve_device(args.device)
+    if args.concurrent > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.concurrent))
+    torch.manual_seed(0)
+    values, mask, delta, y = _data(args.stays, 24, 104)
+    return device, (values, mask, delta, y.to(device))
+
+
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -141,13 +151,8 @@ def main() -> None:
                         help="the batched trainer's per-sample engines to time")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    device = resolve_device(args.device)
-    if args.concurrent > 1:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.concurrent))
-    torch.manual_seed(0)
-    values, mask, delta, y = _data(args.stays, 24, 104)
+    device, (values, mask, delta, y) = _prepare(args)
     inputs = classifier_inputs(args.model, values.numpy(), mask.numpy(), delta.numpy(), device)
-    y = y.to(device)
     # warm-up (CUDA context, kernels, lazy imports) of both paths, not timed
     warm = ReleasePlan.for_epochs(256, 64, 1, target_epsilon=1.0, delta=1e-5)
     warm_inputs = tuple(t[:256] for t in inputs)

@@ -39,11 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from batched_grid import EPSILONS, _data, _measure, _sync  # noqa: E402
+from batched_grid import EPSILONS, _measure, _prepare, _sync  # noqa: E402
 from privehr.models.classifiers import build_classifier, classifier_inputs  # noqa: E402
 from privehr.models.classifiers.batched_training import fit_binary_classifiers_batched  # noqa: E402
 from privehr.models.classifiers.training import TrainingHyperparameters, fit_binary_classifier  # noqa: E402
-from privehr.models.device import resolve_device  # noqa: E402
 from privehr.models.expm.batched_utility import BatchedUtility  # noqa: E402
 from privehr.models.expm.dp_trained import DPExpMHyperparameters, train_dp_expm, train_dp_expm_many  # noqa: E402
 from privehr.core.config.training import DPExpMConfig, NonPrivateConfig  # noqa: E402
@@ -144,12 +143,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    device = resolve_device(args.device)
-    if args.concurrent > 1:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.concurrent))
-    torch.manual_seed(0)
-    values, mask, delta, y = _data(args.stays, 24, 104)
-    y = y.to(device)
+    device, (values, mask, delta, y) = _prepare(args)
     inputs = {m: classifier_inputs(m, values.numpy(), mask.numpy(), delta.numpy(), device)
               for m in ("logistic_regression", "grud")}
     sgd = lambda model: SimpleNamespace(stays=args.stays, batch_size=128, epochs=5, model=model,  # noqa: E731
