@@ -305,6 +305,7 @@ def clipped_record_sums(x: torch.Tensor, row_squares: torch.Tensor, c: torch.Ten
     factor = torch.where(ok, (clip[:, None] / (norms + 1e-6)).clamp(max=1.0), torch.zeros_like(norms))
     if not bool(torch.isfinite(norms).all()):  # a record whose gradient is not finite adds zero, not 0 * inf
         a = torch.where(ok[..., None], a, torch.zeros_like(a))
+        x = torch.where(ok[..., None], x, torch.zeros_like(x))  # its features too (padding rows copy record 0)
     weighted = torch.where(ok, factor * c_sum, torch.zeros_like(c_sum))
     shift = torch.cat([torch.bmm(weighted[:, None], x)[:, 0], weighted.sum(1, keepdim=True)], 1)
     return shift, torch.bmm(factor[:, None], a)[:, 0]

@@ -134,16 +134,19 @@ def _family(utility, k_flows):
     return plans, hps
 
 
+@pytest.mark.parametrize("extreme", [1e200, math.inf, math.nan])
 @pytest.mark.parametrize("loss", ["l2", "bce"])
 @pytest.mark.parametrize("k_flows", [1, 4])
-def test_flows_trained_together_equal_each_trained_alone(k_flows, loss):
+def test_flows_trained_together_equal_each_trained_alone(k_flows, loss, extreme):
     """Under reproducible noise, K flows trained together (the factored norms and sums, a padded batch per flow) end
     where train_dp_expm takes each alone, in float64 to rounding: the same samples, draws, clipping and noise, every
-    flow its own plan, step count and hyperparameters. One record is extreme (its gradient's norm overflows): both
-    paths give it no weight."""
+    flow its own plan, step count and hyperparameters. Two records are extreme (a gradient norm that overflows, or a
+    feature that is inf or NaN; one of them record 0, whose row the padding copies): both paths give them no weight,
+    and no flow turns NaN."""
     utility, _ = _simulated(n=300)
     x = utility.inputs[0].double()
-    x[7] = 1e200
+    x[7] = extreme
+    x[0, 1] = extreme  # record 0 too: padding rows copy it
     utility = BatchedUtility(LogisticRegression(x.shape[1]).double(), (x,), utility.y.double(), l1=1e-3, loss=loss)
     plans, hps = _family(utility, k_flows)
     noises = lambda: [NoiseSource.reproducible("family", k) for k in range(k_flows)]  # noqa: E731
