@@ -23,16 +23,15 @@ from prefect import task  # noqa: E402
 from prefect.artifacts import create_table_artifact  # noqa: E402
 
 from privehr.models.classifiers import build_classifier, classifier_inputs  # noqa: E402
-from privehr.models.dpsgd.trainer import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
 from privehr.models.privacy.randomness import NoiseSource  # noqa: E402
-from privehr.models.privacy.release_plan import ReleasePlan  # noqa: E402
 from privehr.models.audit.lira import leave_one_out, logit_confidence, shadow_membership  # noqa: E402
 from privehr.models.privacy.ledger import LedgerEntry  # noqa: E402
 from privehr.models.audit.one_run import audit_scores  # noqa: E402
-from privehr.models.classifiers.training import TrainingHyperparameters, fit_binary_classifier  # noqa: E402
 from privehr.core.run_layout import RunLayout  # noqa: E402
-from privehr.core.config import AuditConfig, Cell, PipelineConfig, PrivacyConfig, TrainingConfig  # noqa: E402
-from privehr.models.methods import CellData, FitSpec, create_method  # noqa: E402
+from privehr.core.config import (AuditConfig, Cell, DPSGDConfig, NonPrivateConfig, PipelineConfig,  # noqa: E402
+                                 PrivacyConfig, TrainingConfig)
+from privehr.models.methods import (CellData, FitSpec, create_method, epsilon_label, is_baseline,  # noqa: E402
+                                    method_display_name)
 from privehr.core.errors import InputError  # noqa: E402
 from privehr.tasks.features import load_split  # noqa: E402
 from privehr.io.privacy_ledger import Ledger, record_release, reserve  # noqa: E402
@@ -104,36 +103,42 @@ def plan_audit(config: AuditConfig) -> tuple[str, str]:
     return str(work), reservations[AUDIT]
 
 
-@torch.no_grad()
-def _logits(model, inputs):
-    model.eval()
-    return model(*inputs).cpu().numpy()
+def _shadow_method(config: AuditConfig, mechanism: str, shadow: int):
+    """Method ``mechanism`` configured as the audited run trained it (its saved ``training``), with the audit's own
+    ``non_private`` and ``dp_sgd`` settings (an overfit non-private model, the DP-SGD shadows' schedule)."""
+    saved = RunLayout(config.run_dir).config
+    run = TrainingConfig.model_validate(json.loads(saved.read_text())["training"]) if saved.exists() \
+        else TrainingConfig()
+    training = run.model_copy(update={
+        "non_private": NonPrivateConfig(**run.non_private.model_dump() | config.non_private.model_dump()),
+        "dp_sgd": DPSGDConfig(**run.dp_sgd.model_dump() | config.dp_sgd.model_dump() | {"epsilons": [config.epsilon]})})
+    privacy = PrivacyConfig(delta=config.privacy.delta, reproducible_noise=config.privacy.reproducible_noise)
+    return create_method(mechanism, training, privacy,
+                         progress=lambda what: progress_artifact(f"audit shadow {shadow} ({mechanism}): {what}"))
 
 
 @task(name="train-shadow")
 def train_shadow(config: AuditConfig, work: str, mechanism: str, shadow: int) -> str:
-    """Train shadow ``shadow`` with ``mechanism`` on its half; save phi and losses for every example."""
+    """Train shadow ``shadow`` on its half as method ``mechanism`` trains a release (its own plan at the audit's
+    ``epsilon``, where it has one, and its own noise); save phi and losses for every example."""
     torch.set_num_threads(1)
     inputs, y, shape = _population(config)
     keep = torch.as_tensor(np.load(Path(work) / "membership.npy")[shadow])
-    seed = config.seed * 1000 + shadow
-    model = build_classifier(config.model, shape[2], shape[1], seed=seed)
-    before = _logits(model, inputs)
-    half = tuple(t[keep] for t in inputs)
-    progress = progress_artifact(f"audit shadow {shadow} ({mechanism}): epochs")
-    if mechanism == "non_private":
-        c = config.non_private
-        fit_binary_classifier(model, half, y[keep], hp=TrainingHyperparameters(
-            learning_rate=c.learning_rate, weight_decay=c.weight_decay, batch_size=c.batch_size,
-            max_epochs=c.max_epochs, seed=seed), progress=progress)
-    elif mechanism == "dp_sgd":
-        c = config.dp_sgd
-        plan = ReleasePlan.for_epochs(int(keep.sum()), c.batch_size, c.epochs, target_epsilon=config.epsilon,
-                                      delta=config.privacy.delta, max_grad_norm=c.max_grad_norm)
-        model, _ = train_dp_sgd(model, half, y[keep], DPSGDHyperparameters(c.learning_rate, c.weight_decay), plan,
-                                _noise(config, "shadow", shadow), grad_sample_mode=c.clipping, progress=progress)
-    after = (_logits(model, inputs) if mechanism in ("non_private", "dp_sgd")
-             else _expm_shadow_logits(config, mechanism, CellData(half, y[keep], shape[2], shape[1]), inputs, shadow))
+    method = _shadow_method(config, mechanism, shadow)
+    private = None not in method.epsilons()  # its cells carry a target epsilon (eps~ for ExpM+NF)
+    cell = Cell(label=config.label, model=config.model, method=mechanism, loss=method.losses()[0],
+                target_epsilon=config.epsilon if private else None)
+    spec = FitSpec(cell, method.default_hyperparameters(cell), seed=config.seed * 1000 + shadow,
+                   what=f"audit shadow {shadow}")
+    data = CellData(tuple(t[keep] for t in inputs), y[keep], shape[2], shape[1])
+    # the one-run audit scores each example by how much training moved its loss: from the public initialisation
+    initial = build_classifier(config.model, shape[2], shape[1], seed=spec.seed,
+                               hidden_size=spec.hyperparameters.get("hidden_size", 32))
+    initial.eval()
+    with torch.no_grad():
+        before = initial(*inputs).cpu().numpy()
+    release = method.fit(spec, data, method.plan(spec, len(data)), _noise(config, "shadow", shadow))
+    after = method.logits(release, inputs)
     bce = torch.nn.functional.binary_cross_entropy_with_logits
     loss = lambda z: bce(torch.as_tensor(z), y, reduction="none").numpy()  # noqa: E731
     out = Path(work) / f"{mechanism}_shadow{shadow:03d}.npz"
@@ -141,26 +146,17 @@ def train_shadow(config: AuditConfig, work: str, mechanism: str, shadow: int) ->
     return str(out)
 
 
-def _expm_shadow_logits(config: AuditConfig, mechanism: str, data: CellData, inputs, shadow: int) -> np.ndarray:
-    """Logits on every example of what an ExpM method releases when trained on ``data``, with the audited run's
-    settings (its ``training.expm_nf`` / ``training.dp_expm_nf``) at ``epsilon``: ExpM+NF's first draw (eps~ =
-    epsilon, no guarantee), the DP-trained flow's mean (a DP release at target epsilon)."""
-    training = TrainingConfig.model_validate(json.loads(RunLayout(config.run_dir).config.read_text())["training"])
-    method = create_method(mechanism, training, PrivacyConfig(delta=config.privacy.delta,
-                                                              reproducible_noise=config.privacy.reproducible_noise))
-    cell = Cell(label=config.label, model=config.model, method=mechanism, loss=method.losses()[0],
-                target_epsilon=config.epsilon)
-    spec = FitSpec(cell, method.default_hyperparameters(cell), seed=config.seed * 1000 + shadow,
-                   what=f"audit shadow {shadow}")
-    release = method.fit(spec, data, method.plan(spec, len(data)), _noise(config, "shadow", shadow))
-    if mechanism == "expm_nf":
-        return release.extra_["utility"].logits(release.extra_["theta"][:1], inputs)[0].detach().cpu().numpy()
-    return _logits(release.model_, inputs)
-
-
 def _band(values):
     return {"median": float(np.median(values)), "p05": float(np.percentile(values, 5)),
             "p95": float(np.percentile(values, 95))}
+
+
+def _title(mechanism: str, epsilon: float) -> str:
+    """A panel's title: the method's name and what its epsilon is (none for the baseline, eps~ for ExpM+NF)."""
+    label = epsilon_label(mechanism, epsilon, epsilon)
+    if is_baseline(mechanism):
+        return method_display_name(mechanism)
+    return f"{method_display_name(mechanism)} ({label if isinstance(label, str) else f'epsilon {label:g}'})"
 
 
 @task(name="evaluate-attacks")
@@ -205,8 +201,7 @@ def evaluate_attacks(config: AuditConfig, work: str, results: dict[str, list[str
         ax.set_ylim(1e-4, 1)
         ax.set_xlabel("false positive rate")
         ax.set_ylabel("true positive rate")
-        ax.set_title(mechanism if mechanism == "non_private" else
-                     f"{mechanism} ({'eps~' if mechanism == 'expm_nf' else 'epsilon'} {config.epsilon:g})")
+        ax.set_title(_title(mechanism, config.epsilon))
         ax.legend(fontsize=7)
     fig.tight_layout()
     record_release(audit_ledger(config), reservation, LedgerEntry("", "", "non_private", what=AUDIT))

@@ -30,6 +30,7 @@ from privehr.core.strict_json import strict_dumps
 from privehr.io.privacy_ledger import BudgetExceeded, Ledger, reserve
 from privehr.tasks.run_directory import ledger_run, read_summary
 from privehr.tasks.run_logging import run_logger
+from privehr.models.synthesis import synthesis_jobs
 from privehr.tasks.synthesis import check_imputed_targets, imputed_tables, planning_count, synthesizer_of
 from privehr.models.methods import FitSpec, create_method
 from privehr.models.privacy.release_plan import GaussianPlan, ReleasePlan, Reserved
@@ -265,7 +266,7 @@ def check_synthesis_budget(run_dir: str, config: SynthesisConfig) -> dict[str, R
     kind = "reproducible" if config.privacy.reproducible_noise else "dp"
     planned: dict[str, tuple[LedgerEntry, ReleasePlan | None]] = {}
     plans: dict[str, ReleasePlan | None] = {}  # one plan per (synthesizer, budget): the imputations and runs share it
-    for job in config.jobs():
+    for job in synthesis_jobs(config):
         if config.resume and run.release(job["job_id"]).exists():
             continue  # finished by an earlier attempt: already in the ledger
         synthesizer = synthesizer_of(config, job)

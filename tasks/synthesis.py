@@ -53,7 +53,8 @@ from privehr.models.privacy.noisy_count import noisy_count
 from privehr.models.privacy.ledger import LedgerEntry, guarantee_label
 from privehr.models.privacy.randomness import NoiseSource, public_seed
 from privehr.models.privacy.release_plan import Reserved
-from privehr.models.synthesis import SynthesisData, SynthesisMethod, create_synthesizer
+from privehr.models.synthesis import (SYNTHESIZERS, SynthesisData, SynthesisMethod, choose_synthesizers,
+                                      create_synthesizer, synthesis_jobs)
 from privehr.tasks.compute import share_cores
 from privehr.tasks.progress import progress_artifact
 from privehr.tasks.run_directory import read_summary
@@ -148,11 +149,14 @@ def check_synthesis_inputs(config: SynthesisConfig) -> None:
     """Refuse, before any record is read or any budget spent, what would fail after training: targets the table
     lacks, a column a synthesizer cannot scale or bin (no bounds), a baseline whose library is missing."""
     spec = load_ehr_spec(config.spec)
-    config = config.for_spec(spec)
+    config = choose_synthesizers(config, spec)
     check_targets(spec, *config.targets(spec))
-    if not config.jobs():
-        raise InputError(f"no release to make: {', '.join(config.synthesizers)} take epsilon budgets only and none is "
-                         "set; add --epsilon, or choose synthesizers that take mu or non-private budgets (maf, hflow)")
+    if not synthesis_jobs(config):
+        kinds = set().union(*(SYNTHESIZERS[name].budget_kinds for name in config.synthesizers))
+        others = [name for name, cls in SYNTHESIZERS.items() if cls.budget_kinds - kinds]
+        raise InputError(f"no release to make: {', '.join(config.synthesizers)} take {' or '.join(sorted(kinds))} "
+                         f"budgets only and none is set; add one (--epsilon), or choose synthesizers that take the "
+                         f"others ({', '.join(others)})")
     check_mu_ceiling(config)
     needs_bounds = [s for s in config.synthesizers if create_synthesizer(s, config).needs_bounds()]
     if needs_bounds:
@@ -170,7 +174,7 @@ def check_mu_ceiling(config: SynthesisConfig) -> None:
     """A mu-GDP budget whose epsilon at ``privacy.delta`` (mu-GDP's own conversion) is above the ceiling is refused
     now, before the patient count is spent; the budget check refuses it again from the release's plan."""
     privacy = config.privacy
-    mus = sorted({job["budget"]["value"] for job in config.jobs() if job["budget"]["kind"] == "mu"})
+    mus = sorted({job["budget"]["value"] for job in synthesis_jobs(config) if job["budget"]["kind"] == "mu"})
     over = [m for m in mus if gdp_epsilon(m, privacy.delta) > privacy.epsilon_ceiling]
     if over and not privacy.allow_above_ceiling:
         raise InputError(f"synthesis mu {max(over):g} is epsilon {gdp_epsilon(max(over), privacy.delta):.3g} at delta "

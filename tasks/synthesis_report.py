@@ -24,7 +24,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_ehr_spec
 from privehr.core.records import ImputationSummary
-from privehr.models.synthesis import synthesizer_display_name
+from privehr.models.synthesis import synthesizer_display_name, synthesizer_rank
 from privehr.models.synthesis.codec import TableCodec
 from privehr.io.figures import marginal_histograms, plot_synthesis_utility
 from privehr.io.spreadsheet import spreadsheet_safe
@@ -76,15 +76,12 @@ def synthesis_results(record_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFra
     return tables, releases
 
 
-SYNTHESIZER_ORDER = ("maf", "hflow", "aim", "aim_dyadic", "mst")
-
-
 def _budget_order(labels) -> list[str]:
     """By synthesizer (a "<synthesizer> <budget>" label), then inf first, then mu and epsilon budgets from the loosest
     to the tightest."""
     def key(label):
         synthesizer, _, budget = label.rpartition(" ")
-        rank = SYNTHESIZER_ORDER.index(synthesizer) if synthesizer in SYNTHESIZER_ORDER else -1
+        rank = synthesizer_rank(synthesizer)
         if budget == "inf":
             return (rank, 0, 0.0)
         return (rank, 1 if budget.startswith("mu") else 2, -float(budget.removeprefix("mu").removeprefix("epsilon")))
@@ -268,7 +265,7 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
     public_count = spec.public_patient_count
     marginals = _marginal_figures(run.root, results, train, summary, spec)
     not_dp = sorted(g for g in set(releases["guarantee"]) if not g.startswith("DP"))
-    synthesizers = sorted(set(releases["synthesizer"]), key=SYNTHESIZER_ORDER.index)
+    synthesizers = sorted(set(releases["synthesizer"]), key=synthesizer_rank)
     in_release = config.missing == "in_release"
     guarantee = (("The DP guarantee covers each release's use of the training patients as delivered (each "
                   "attribute's missingness learned inside the release, a public placeholder for missing values, the "

@@ -218,6 +218,16 @@ class TrainingMethod(ABC):
     def evaluate(self, release: Release, inputs: tuple, y: torch.Tensor) -> Evaluation:
         """Score the release on held-out records (dev for a trial, test for a final fit)."""
 
+    def logits(self, release: Release, inputs: tuple) -> np.ndarray:
+        """What the release predicts for each record of ``inputs``, as logits: its trained module's output (the
+        membership audit attacks these; a method whose release is no single module says what it releases)."""
+        if release.model_ is None:
+            raise NotImplementedError(f"{self.name}: a release without a trained module says what its logits are")
+        model = release.model_
+        model.eval()
+        with torch.no_grad():
+            return model(*inputs).cpu().numpy()
+
     #: whether :meth:`fit_many` trains a group of releases as one batched model (else one by one)
     batches: ClassVar[bool] = False
 

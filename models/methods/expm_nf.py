@@ -127,6 +127,11 @@ class ExpMNF(TrainingMethod):
         return Release(self.entry(spec, plan), state, info,
                        extra_={"utility": utility, "theta": theta, "utilities": utilities, "chunk": chunk})
 
+    def logits(self, release, inputs) -> np.ndarray:
+        """The single private release's (the first draw's) logits."""
+        x = release.extra_
+        return x["utility"].logits(x["theta"][:1], inputs)[0].detach().cpu().numpy()
+
     def evaluate(self, release, inputs, y) -> Evaluation:
         x = release.extra_
         y_np = y.cpu().numpy()

@@ -6,9 +6,11 @@ Importing this package registers the built-ins: ``maf`` (DP-NF), ``hflow`` (DP-H
 """
 
 from privehr.models.synthesis.synthesizers import (SYNTHESIZERS, SynthesisData, SynthesisMethod, Synthesized,
-                                                   create_synthesizer, get_synthesizer, register_synthesizer,
-                                                   synthesizer_display_name)
+                                                   choose_synthesizers, create_synthesizer, get_synthesizer,
+                                                   register_synthesizer, synthesis_jobs, synthesizer_display_name,
+                                                   synthesizer_rank)
 from privehr.models.synthesis import flow_synthesizers, marginal_synthesizers  # noqa: F401  (register the built-ins)
 
 __all__ = ["SynthesisMethod", "SynthesisData", "Synthesized", "SYNTHESIZERS", "get_synthesizer", "create_synthesizer",
-           "register_synthesizer", "synthesizer_display_name"]
+           "register_synthesizer", "synthesizer_display_name", "synthesizer_rank", "choose_synthesizers",
+           "synthesis_jobs"]

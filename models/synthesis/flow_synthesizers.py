@@ -76,7 +76,11 @@ class FlowSynthesizer(SynthesisMethod):
 class DPNF(FlowSynthesizer):
     """DP-NF: every column continuous, affinely scaled (by the bounds, or the training statistics)."""
 
-    name, what, display_name = "maf", "DP-NF flow", "DP-NF (MAF)"
+    name, what, display_name, report_rank = "maf", "DP-NF flow", "DP-NF (MAF)", 1
+
+    @classmethod
+    def job_prefix(cls) -> str:
+        return ""  # the first synthesizer's job ids carry no prefix, as before there were others
 
     def needs_bounds(self) -> bool:
         return self.config.scaling == "bounds"
@@ -108,7 +112,7 @@ class DPNF(FlowSynthesizer):
 class DPHFlow(FlowSynthesizer):
     """DP-HFlow: continuous columns scaled by the bounds, discrete columns as codes (dequantized in the flow)."""
 
-    name, what, display_name = "hflow", "DP-HFlow flow", "DP-HFlow"
+    name, what, display_name, report_rank = "hflow", "DP-HFlow flow", "DP-HFlow", 2
 
     def settings(self):
         return self.config.hflow

@@ -23,6 +23,7 @@ __all__ = ["MarginalSynthesizer", "AIM", "MST", "AIMDyadic"]
 
 class MarginalSynthesizer(SynthesisMethod):
     needs_baselines = True
+    budget_kinds = frozenset({"epsilon"})  # no non-private form, no mu-GDP calibration
 
     def options(self) -> dict:
         """Keyword arguments of the mechanism beyond the shared ones."""
@@ -69,7 +70,7 @@ class MarginalSynthesizer(SynthesisMethod):
 
 @register_synthesizer
 class AIM(MarginalSynthesizer):
-    name, what, display_name = "aim", "AIM synthetic data", "AIM"
+    name, what, display_name, report_rank = "aim", "AIM synthetic data", "AIM", 3
 
     def options(self) -> dict:
         return {"max_model_size": self.config.marginal.max_model_size}
@@ -77,7 +78,7 @@ class AIM(MarginalSynthesizer):
 
 @register_synthesizer
 class MST(MarginalSynthesizer):
-    name, what, display_name = "mst", "MST synthetic data", "MST"
+    name, what, display_name, report_rank = "mst", "MST synthetic data", "MST", 5
 
 
 @register_synthesizer
@@ -87,6 +88,7 @@ class AIMDyadic(AIM):
     histograms, the rest to AIM; the two compose in zCDP to the release's (epsilon, delta)."""
 
     name, what, display_name = "aim_dyadic", "AIM synthetic data with DP values within bins", "AIM + dyadic bins"
+    report_rank = 4
 
     @property
     def mechanism(self) -> str:

@@ -18,17 +18,18 @@ from typing import ClassVar, get_args
 
 import pandas as pd
 
-from privehr.core.config import Budget, SynthesisConfig, Synthesizer
+from privehr.core.config import Budget, SynthesisConfig, Synthesizer, default_synthesizers
 from privehr.core.registry import Registry
 from privehr.models.privacy.ledger import LedgerEntry
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import ReleasePlan
 
 __all__ = ["SynthesisMethod", "SynthesisData", "Synthesized", "SYNTHESIZERS", "register_synthesizer",
-           "get_synthesizer", "create_synthesizer", "synthesizer_display_name"]
+           "get_synthesizer", "create_synthesizer", "synthesizer_display_name", "synthesizer_rank",
+           "choose_synthesizers", "synthesis_jobs"]
 
 SYNTHESIZERS: Registry["SynthesisMethod"] = Registry("synthesizer", declared=get_args(Synthesizer),
-                                                     requires=("display_name",))
+                                                     requires=("display_name", "report_rank"))
 register_synthesizer = SYNTHESIZERS.register
 get_synthesizer = SYNTHESIZERS.__getitem__
 create_synthesizer = SYNTHESIZERS.create
@@ -40,6 +41,38 @@ def synthesizer_display_name(name: str) -> str:
         return SYNTHESIZERS[name].display_name
     except (KeyError, ValueError):
         return name
+
+
+def synthesizer_rank(name: str) -> int:
+    """Where reports list a synthesizer (its class's ``report_rank``); an unknown name first."""
+    return SYNTHESIZERS[name].report_rank if name in SYNTHESIZERS else 0
+
+
+def choose_synthesizers(config: SynthesisConfig, spec) -> SynthesisConfig:
+    """``config`` with ``synthesizers`` chosen for ``spec`` where they were left to the default
+    (:func:`~privehr.core.config.default_synthesizers`); where none of those takes any of the run's budget kinds
+    (aim_dyadic takes epsilon budgets only, a run may set mus alone), the MAF, which takes every kind."""
+    if config.synthesizers is not None:
+        return config
+    chosen = default_synthesizers(spec)
+    kinds = {budget.kind for budget in config.budgets()}
+    if not any(kinds & SYNTHESIZERS[name].budget_kinds for name in chosen):
+        chosen = ["maf"]
+    return config.model_copy(update={"synthesizers": chosen})
+
+
+def synthesis_jobs(config: SynthesisConfig) -> list[dict]:
+    """(synthesizer, imputation, budget, run), one release each, for every budget of a kind the synthesizer takes
+    (its class's ``budget_kinds``: the marginal ones have no non-private form and no mu-GDP calibration). With
+    missing: in_release a synthesizer trains on the table as delivered, not on an imputation: imputation 0 only (its
+    index names the real imputation the tables are evaluated against)."""
+    if config.synthesizers is None:
+        raise RuntimeError("synthesizers are chosen for the table's spec first (choose_synthesizers)")
+    imputations = range(config.mice.m if config.missing == "mice_first" else 1)
+    return [{"synthesizer": name, "imputation": i, "budget": b.model_dump(), "run": r,
+             "job_id": f"{SYNTHESIZERS[name].job_prefix()}imp{i}-{b.label}-run{r}"}
+            for name in config.synthesizers for i in imputations for b in config.budgets() for r in range(config.runs)
+            if b.kind in SYNTHESIZERS[name].budget_kinds]
 
 
 @dataclass(frozen=True)
@@ -76,6 +109,15 @@ class SynthesisMethod(ABC):
     display_name: ClassVar[str]    # how reports and figures name it
     #: needs private-pgm (mbi): a dependency since aim_dyadic became a default, missing from older installs
     needs_baselines: ClassVar[bool] = False
+    #: the budget kinds (``Budget.kind``) it makes a release for; the grid's others make none of its
+    budget_kinds: ClassVar[frozenset[str]] = frozenset({"mu", "epsilon", "non_private"})
+    #: where reports list it: before every synthesizer of a higher rank (each sets its own)
+    report_rank: ClassVar[int]
+
+    @classmethod
+    def job_prefix(cls) -> str:
+        """What its job ids start with: its name and a dash."""
+        return f"{cls.name}-"
 
     def __init__(self, config: SynthesisConfig, device: str = "cpu", progress=None):
         self.config, self.device = config, device

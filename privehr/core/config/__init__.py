@@ -21,7 +21,7 @@ from privehr.core.config.base import (AuditedMethod, DPSGDClipping, FineGrainedC
                                       PositiveFloat, RUN_ID_PATTERN, RunId, _moved, _resume_needs_run_id, _Strict)
 from privehr.core.config.privacy import PrivacyConfig, _default_ledger, _ledger_beside_runs
 from privehr.core.config.data import DEFAULT_PAGES_PORT, DataConfig, PagesConfig, StewardConfig, ValidationConfig
-from privehr.core.config.synthesis import (MARGINAL_SYNTHESIZERS, Budget, DPNFConfig, EHRPrepareConfig, HFlowConfig,
+from privehr.core.config.synthesis import (Budget, DPNFConfig, EHRPrepareConfig, HFlowConfig,
                                            MarginalConfig, MICEConfig, StaticImputationConfig, SynthesisConfig,
                                            SynthesisMICEConfig, Synthesizer, default_synthesizers)
 from privehr.core.config.training import (Cell, DPExpMConfig, DPSGDConfig, DPSGDSettings, EvaluationConfig,
@@ -35,7 +35,7 @@ from privehr.core.config.profiles import BRIDGES_2023_EPSILONS, DEMO_SYNTHESIS, 
 __all__ = ["Label", "Model", "Method", "AuditedMethod", "Loss", "DPSGDClipping", "FineGrainedClipping",
            "PositiveFloat", "RunId", "RUN_ID_PATTERN", "PrivacyConfig", "DataConfig", "ValidationConfig", "PagesConfig", "DEFAULT_PAGES_PORT",
            "StewardConfig", "MICEConfig", "StaticImputationConfig", "EHRPrepareConfig", "DPNFConfig", "HFlowConfig",
-           "MarginalConfig", "Synthesizer", "default_synthesizers", "MARGINAL_SYNTHESIZERS", "SynthesisMICEConfig", "Budget",
+           "MarginalConfig", "Synthesizer", "default_synthesizers", "SynthesisMICEConfig", "Budget",
            "SynthesisConfig", "SplitConfig", "NonPrivateSettings", "NonPrivateConfig", "DPSGDSettings",
            "DPSGDConfig", "DPExpMConfig", "ExpMNFConfig", "GRUDConfig", "Cell", "TrainingConfig", "EvaluationConfig",
            "VersioningConfig", "PipelineConfig", "ReleaseConfig", "FeaturizerSource", "RecordCount", "ScoringConfig", "AuditConfig", "BRIDGES_2023_EPSILONS", "DEMO_SYNTHESIS",

@@ -75,10 +75,8 @@ class PipelineConfig(_Strict):
 
     @model_validator(mode="after")
     def _below_ceiling(self):
-        if "dp_sgd" in self.training.methods:
-            self.privacy.check_targets(self.training.dp_sgd.epsilons, "training.dp_sgd.epsilons")
-        if "dp_expm_nf" in self.training.methods:
-            self.privacy.check_targets(self.training.dp_expm_nf.epsilons, "training.dp_expm_nf.epsilons")
+        for where, epsilons in self.training.targets().items():
+            self.privacy.check_targets(epsilons, where)
         if self.synthesis is not None:
             self.privacy.check_targets([*self.synthesis.epsilons, self.synthesis.count_epsilon], "synthesis.epsilons")
         r = self.release

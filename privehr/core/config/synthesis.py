@@ -12,7 +12,7 @@ from privehr.core.config.base import _moved, _resume_needs_run_id, _Strict, Fine
 from privehr.core.config.privacy import _ledger_beside_runs, PrivacyConfig
 
 __all__ = ["default_synthesizers",
-           "Budget", "DPNFConfig", "EHRPrepareConfig", "HFlowConfig", "MARGINAL_SYNTHESIZERS", "MarginalConfig",
+           "Budget", "DPNFConfig", "EHRPrepareConfig", "HFlowConfig", "MarginalConfig",
            "MICEConfig", "StaticImputationConfig", "SynthesisConfig", "SynthesisMICEConfig", "Synthesizer"]
 
 
@@ -113,12 +113,11 @@ class MarginalConfig(_Strict):
 
 
 Synthesizer = Literal["maf", "hflow", "aim", "mst", "aim_dyadic"]
-MARGINAL_SYNTHESIZERS = ("aim", "mst", "aim_dyadic")
 
 
 def default_synthesizers(spec) -> list[str]:
     """aim_dyadic for a spec with a discrete (binary, categorical, ordinal) attribute, maf for an all-numeric one (and
-    for a run with no epsilon budget, :meth:`SynthesisConfig.for_spec`; aim_dyadic takes epsilon budgets only):
+    for a run with no epsilon budget, ``models.synthesis.choose_synthesizers``; aim_dyadic takes epsilon budgets only):
     on mixed-type clinical tables the flows lost to AIM on tau RMSE and discrete TV, and aim_dyadic was within one SD
     of AIM or better on 26 of 30 comparisons on the tables it was not tuned on, with a lower KS where bins are heavy;
     what it loses against the MAF on small tables at epsilon 1 is in bench/README.md."""
@@ -209,32 +208,10 @@ class SynthesisConfig(EHRPrepareConfig):
     _ledger_moved = _moved("ledger_path", "privacy.ledger_path")
     _budget_moved = _moved("budget_epsilon", "privacy.budget_epsilon")
 
-    def for_spec(self, spec) -> "SynthesisConfig":
-        """These settings with ``synthesizers`` chosen for ``spec`` where they were left to the default."""
-        if self.synthesizers is not None:
-            return self
-        chosen = default_synthesizers(spec)
-        if not self.epsilons and all(s in MARGINAL_SYNTHESIZERS for s in chosen):
-            chosen = ["maf"]  # mu-GDP or non-private budgets only: the marginal synthesizers take none of them
-        return self.model_copy(update={"synthesizers": chosen})
-
     def budgets(self) -> list[Budget]:
         out = [Budget(kind="non_private")] if self.non_private else []
         return out + [Budget(kind="mu", value=m) for m in self.mus] + [Budget(kind="epsilon", value=e)
                                                                        for e in self.epsilons]
-
-    def jobs(self) -> list[dict]:
-        """(synthesizer, imputation, budget, run), one release each. The marginal baselines take the epsilon budgets
-        only (they have no non-private form and no mu-GDP calibration). The MAF's job ids carry no prefix. With
-        missing: in_release a synthesizer trains on the table as delivered, not on an imputation: imputation 0
-        only (its index names the real imputation the tables are evaluated against)."""
-        if self.synthesizers is None:
-            raise RuntimeError("synthesizers are chosen for the table's spec first (SynthesisConfig.for_spec)")
-        return [{"synthesizer": s, "imputation": i, "budget": b.model_dump(), "run": r,
-                 "job_id": f"{'' if s == 'maf' else s + '-'}imp{i}-{b.label}-run{r}"}
-                for s in self.synthesizers for i in range(self.mice.m if self.missing == "mice_first" else 1)
-                for b in self.budgets() for r in range(self.runs)
-                if s not in MARGINAL_SYNTHESIZERS or b.kind == "epsilon"]
 
     def targets(self, spec) -> tuple[str | None, str | None, list[str]]:
         """(classification target, regression target, excluded features): these settings, else the spec's."""

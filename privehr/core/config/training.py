@@ -3,7 +3,7 @@ test-set evaluation."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -72,6 +72,9 @@ class DPSGDSettings(_Strict):
 class DPSGDConfig(DPSGDSettings):
     """DP-SGD in the grid: sigma calibrated to each target epsilon."""
 
+    #: its ``epsilons`` are accounted targets, held to ``privacy.epsilon_ceiling`` (:meth:`TrainingConfig.targets`)
+    accounted: ClassVar[bool] = True
+
     epsilons: list[PositiveFloat] = Field(default_factory=lambda: [0.1, 1.0, 3.5, 10.0], min_length=1,
                                           description="target epsilons (PRV and RDP both stay below each)")
 
@@ -120,6 +123,8 @@ class DPExpMConfig(_Strict):
     """DP-trained ExpM flows: ExpM+NF's target exp(eps~ u / 2s) fitted by DP-SGD over records (a diagonal Gaussian
     flow over the classifier's parameters); each release is DP at its target epsilon, eps~ (``temperature``) only
     shapes the target. The classifier released is the flow's mean."""
+
+    accounted: ClassVar[bool] = True  # as DP-SGD's
 
     epsilons: list[PositiveFloat] = Field(default_factory=lambda: [0.1, 1.0, 3.5, 10.0], min_length=1,
                                           description="target epsilons (PRV and RDP both stay below each), as "
@@ -205,6 +210,13 @@ class TrainingConfig(_Strict):
     group_size: int = Field(0, ge=0, description="at most this many fits per batched group (0: the whole family); "
                                                  "memory is bounded either way (the per-sample gradients go through "
                                                  "in chunks of members)")
+
+    def targets(self) -> dict[str, list[float]]:
+        """The target epsilons each method of ``methods`` calibrates noise to, by where they are set: the epsilons of
+        every method whose settings (the field named as the method) say they are ``accounted``. What the privacy
+        ceiling holds; ExpM+NF's eps~ shapes a density and is no guarantee, so it is not one."""
+        return {f"training.{name}.epsilons": list(getattr(self, name).epsilons) for name in self.methods
+                if getattr(type(getattr(self, name)), "accounted", False)}
 
 
 class EvaluationConfig(_Strict):

@@ -333,3 +333,31 @@ def test_the_baseline_and_the_epsilon_column_come_from_the_method_classes():
     assert epsilon_label("expm_nf", 3.5, None) == "eps~ 3.5"  # a training parameter, never accounted
     assert epsilon_label("dp_sgd", 1.0, 0.91) == 0.91 and epsilon_label("dp_expm_nf", 1.0, 0.9) == 0.9
     assert epsilon_label("retired_method", 1.0, 0.5) == 0.5 and not is_baseline("retired_method")
+
+
+@pytest.mark.parametrize("name", sorted(get_args(Method)))
+def test_every_dp_method_s_target_epsilons_are_held_to_the_ceiling(name):
+    """The pipeline's ceiling check asks each method's settings whether their epsilons are accounted targets
+    (TrainingConfig.targets), naming no method: attacked by a target above the ceiling for each method in turn. A
+    method whose release is DP (its ledger guarantee) must be refused there; one without a guarantee (eps~, none)
+    is not held to it."""
+    from pydantic import ValidationError
+
+    from privehr.core.config import PipelineConfig
+
+    training = TrainingConfig(methods=[name])
+    settings = getattr(training, name)  # every method's settings are the field named as it
+    method = create_method(name, training)
+    dp = method.guarantee() == "dp"
+    assert (f"training.{name}.epsilons" in training.targets()) == dp
+    if not hasattr(settings, "epsilons"):
+        assert not dp
+        return
+    above = {"methods": [name], name: {"epsilons": [50.0]}}
+    if dp:
+        with pytest.raises(ValidationError, match=f"training.{name}.epsilons asks for epsilon 50"):
+            PipelineConfig(training=above)
+        allowed = PipelineConfig(training=above, privacy={"allow_above_ceiling": True})
+        assert allowed.training.targets() == {f"training.{name}.epsilons": [50.0]}
+    else:
+        assert PipelineConfig(training=above).training.targets() == {}

@@ -9,18 +9,46 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privehr.core.config import MARGINAL_SYNTHESIZERS, SynthesisConfig, Synthesizer
+from privehr.core.config import SynthesisConfig, Synthesizer
 from privehr.core.specs import load_ehr_spec
 from privehr.models.privacy.budget_kinds import budget_kind
 from privehr.models.privacy.randomness import NoiseSource
-from privehr.models.synthesis import SYNTHESIZERS, SynthesisData, Synthesized, create_synthesizer, get_synthesizer
+from privehr.models.synthesis import (SYNTHESIZERS, SynthesisData, Synthesized, create_synthesizer, get_synthesizer,
+                                      register_synthesizer, synthesis_jobs, synthesizer_rank)
 
 
 def test_every_declared_synthesizer_is_registered_and_the_baselines_are_the_marginal_ones():
     assert set(SYNTHESIZERS) == set(get_args(Synthesizer))
-    assert {name for name, s in SYNTHESIZERS.items() if s.needs_baselines} == set(MARGINAL_SYNTHESIZERS)
+    # the baselines (private-pgm) are the synthesizers that take epsilon budgets alone: no mu-GDP calibration
+    assert {name for name, s in SYNTHESIZERS.items() if s.needs_baselines} == \
+        {name for name, s in SYNTHESIZERS.items() if s.budget_kinds == {"epsilon"}} == {"aim", "mst", "aim_dyadic"}
     with pytest.raises(ValueError, match="unknown synthesizer"):
         get_synthesizer("ctgan")
+
+
+def test_the_budgets_a_synthesizer_takes_and_where_reports_list_it_live_on_its_class(monkeypatch):
+    """Which budget kinds make a release of a synthesizer, and its place in the report, are its class's: no table in
+    the config or the report names synthesizers, so adding one stays one module."""
+    config = SynthesisConfig(synthesizers=list(SYNTHESIZERS), mus=[2.0], epsilons=[1.0], non_private=True)
+    made = {(job["synthesizer"], job["budget"]["kind"]) for job in synthesis_jobs(config)}
+    assert made == {(name, budget.kind) for name, cls in SYNTHESIZERS.items() for budget in config.budgets()
+                    if budget.kind in cls.budget_kinds}
+    assert {kind for name, kind in made if name == "hflow"} == {"mu", "epsilon", "non_private"}
+    assert {kind for name, kind in made if name == "aim"} == {"epsilon"}
+    ids = {job["job_id"] for job in synthesis_jobs(config)}
+    assert {"imp0-epsilon1-run0", "aim-imp0-epsilon1-run0", "aim_dyadic-imp0-mu2-run0"} - ids == \
+        {"aim_dyadic-imp0-mu2-run0"}  # the MAF's ids carry no prefix; aim_dyadic makes no mu release
+    monkeypatch.setattr(get_synthesizer("mst"), "budget_kinds", frozenset({"epsilon", "mu"}))  # a class that learns mu
+    assert ("mst", "mu") in {(job["synthesizer"], job["budget"]["kind"]) for job in synthesis_jobs(config)}
+    assert sorted(SYNTHESIZERS, key=synthesizer_rank) == ["maf", "hflow", "aim", "aim_dyadic", "mst"]
+    assert synthesizer_rank("retired_synthesizer") == 0  # a results file of one no longer registered still sorts
+
+    class Unranked(get_synthesizer("mst")):
+        name, display_name = "mst", "MST again"
+
+    monkeypatch.delitem(SYNTHESIZERS._items, "mst")  # as if this module were MST's
+    with pytest.raises(ValueError, match="does not set report_rank"):  # a parent's place is not its own
+        register_synthesizer(Unranked)
 
 
 @pytest.mark.parametrize("name", ["maf", "hflow"])
@@ -28,7 +56,7 @@ def test_a_flow_plans_its_dp_sgd_release_at_the_jobs_budget(name):
     config = SynthesisConfig(synthesizers=[name], dpnf={"steps": 40}, hflow={"steps": 40})  # cheap calibrations
     flow = create_synthesizer(name, config)
     settings = config.dpnf if name == "maf" else config.hflow
-    jobs = {(j["budget"]["kind"], j["budget"]["value"]): j for j in config.jobs()}  # one per budget: plans cost seconds
+    jobs = {(j["budget"]["kind"], j["budget"]["value"]): j for j in synthesis_jobs(config)}  # one per budget: plans cost seconds
     for job in jobs.values():
         budget = job["budget"]
         plan = flow.plan(job, 60)
@@ -44,7 +72,7 @@ def test_a_flow_plans_its_dp_sgd_release_at_the_jobs_budget(name):
 @pytest.mark.parametrize("name", ["aim", "mst"])
 def test_a_marginal_baseline_is_an_epsilon_delta_release(name):
     config = SynthesisConfig(synthesizers=[name], epsilons=[2.0])
-    jobs = config.jobs()  # the baselines take the epsilon budgets only
+    jobs = synthesis_jobs(config)  # the baselines take the epsilon budgets only
     assert {(j["budget"]["kind"], j["budget"]["value"]) for j in jobs} == {("epsilon", 2.0)}
     job = jobs[0]
     synthesizer = create_synthesizer(name, config)
@@ -73,7 +101,7 @@ def test_every_synthesizer_fits_by_its_plan_and_writes_nothing(name, tmp_path, m
     config = SynthesisConfig(synthesizers=[name], epsilons=[4.0], mus=[], releases=2,
                              dpnf={"steps": 3}, hflow={"steps": 3}, marginal={"bins": 4})
     synthesizer = create_synthesizer(name, config)
-    job = next(j for j in config.jobs() if j["synthesizer"] == name and j["budget"]["kind"] == "epsilon")
+    job = next(j for j in synthesis_jobs(config) if j["synthesizer"] == name and j["budget"]["kind"] == "epsilon")
     plan = synthesizer.plan(job, 60)
     noise = NoiseSource.reproducible("contract", name)
     done = synthesizer.fit(job, SynthesisData(table[:60], table[60:], attributes, spec, 25, 3), plan, noise)

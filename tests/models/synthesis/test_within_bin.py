@@ -11,7 +11,7 @@ from privehr.core.config import SynthesisConfig
 from privehr.core.specs import load_ehr_spec
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.zcdp import cdp_rho
-from privehr.models.synthesis import SynthesisData, create_synthesizer
+from privehr.models.synthesis import SynthesisData, choose_synthesizers, create_synthesizer, synthesis_jobs
 from privehr.models.synthesis.within_bin import dyadic_sigma, measure_dyadic, sample_within_bins
 
 
@@ -74,7 +74,7 @@ def test_the_hybrid_spends_the_budgets_rho_between_aim_and_the_histograms():
     config = SynthesisConfig(synthesizers=["aim_dyadic"], epsilons=[2.0], mus=[], releases=1,
                              marginal={"bins": 4, "within_share": 0.25, "within_levels": 3})
     synthesizer = create_synthesizer("aim_dyadic", config)
-    job = config.jobs()[0]
+    job = synthesis_jobs(config)[0]
     done = synthesizer.fit(job, SynthesisData(table, table, continuous, spec, 50, 0), None,
                            NoiseSource.reproducible("hybrid", "test"))
     within, total = done.release["within_bins"], cdp_rho(2.0, config.privacy.delta)
@@ -106,7 +106,7 @@ def test_a_placeholder_standing_in_for_missing_values_is_not_a_value_within_its_
     config = SynthesisConfig(synthesizers=["aim_dyadic"], epsilons=[50.0], mus=[], releases=1,
                              privacy={"epsilon_ceiling": 100}, marginal={"bins": 4})
     done = create_synthesizer("aim_dyadic", config).fit(
-        config.jobs()[0], SynthesisData(table, table, [name, indicator(name)], missingness_spec(spec, [name]), 2000,
+        synthesis_jobs(config)[0], SynthesisData(table, table, [name, indicator(name)], missingness_spec(spec, [name]), 2000,
                                         0), None, NoiseSource.reproducible("placeholder", "test"))
     synthetic = done.tables[0]
     values = synthetic.loc[synthetic[indicator(name)] == 0, name].to_numpy()
@@ -126,9 +126,9 @@ def test_the_default_synthesizer_follows_the_tables_types(tmp_path):
     mixed = load_ehr_spec(tmp_path / "mixed.yaml")
     assert default_synthesizers(harrod) == ["maf"] and default_synthesizers(mixed) == ["aim_dyadic"]
     config = SynthesisConfig(epsilons=[1.0])
-    assert config.for_spec(mixed).synthesizers == ["aim_dyadic"] and config.synthesizers is None
-    assert SynthesisConfig(synthesizers=["hflow"]).for_spec(mixed).synthesizers == ["hflow"]  # a choice stays
-    with pytest.raises(RuntimeError, match="for_spec"):
-        config.jobs()
+    assert choose_synthesizers(config, mixed).synthesizers == ["aim_dyadic"] and config.synthesizers is None
+    assert choose_synthesizers(SynthesisConfig(synthesizers=["hflow"]), mixed).synthesizers == ["hflow"]  # a choice stays
+    with pytest.raises(RuntimeError, match="choose_synthesizers"):
+        synthesis_jobs(config)
     # a run with mu-GDP budgets only: aim_dyadic would make no release, so the default is a flow
-    assert SynthesisConfig(epsilons=[], mus=[2.0]).for_spec(mixed).synthesizers == ["maf"]
+    assert choose_synthesizers(SynthesisConfig(epsilons=[], mus=[2.0]), mixed).synthesizers == ["maf"]
