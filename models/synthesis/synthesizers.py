@@ -6,8 +6,9 @@ A :class:`SynthesisMethod` is configured by the synthesis settings and says what
 whether it needs the spec's bounds or the optional baselines library; and how it fits and samples
 (``fit(job, data, plan, noise) -> Synthesized``). It is pure: the task reserves the plan, hands that same plan
 to ``fit``, records the entry, and saves the state and the tables alike for every synthesizer, never branching
-on the name. Adding one is a module in this package, its name in ``privehr.core.config.Synthesizer`` and its
-test.
+on the name. The class also says which budget kinds it makes a release for (``budget_kinds``: :func:`synthesis_jobs`
+builds the grid from them) and where reports list it (``report_rank``). Adding one is a module in this package, its
+name in ``privehr.core.config.Synthesizer`` and its test.
 """
 
 from __future__ import annotations

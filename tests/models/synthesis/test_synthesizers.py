@@ -108,3 +108,13 @@ def test_every_synthesizer_fits_by_its_plan_and_writes_nothing(name, tmp_path, m
     assert isinstance(done, Synthesized) and done.entry == synthesizer.entry(job, plan, done.guarantee)
     assert len(done.tables) == 2 and all(len(t) == 25 and list(t.columns) == attributes for t in done.tables)
     assert os.listdir(tmp_path) == []  # pure: the task saves the state and the tables
+
+
+def test_a_grid_where_no_synthesizer_takes_a_budget_is_refused_naming_those_that_would():
+    """Before anything is read or spent: which kinds the chosen synthesizers take and which synthesizers take the
+    others both come from the classes."""
+    from privehr.core.errors import InputError
+    from privehr.tasks.synthesis import check_synthesis_inputs
+
+    with pytest.raises(InputError, match=r"aim, mst take epsilon budgets only .* take the others \(maf, hflow\)"):
+        check_synthesis_inputs(SynthesisConfig(synthesizers=["aim", "mst"], epsilons=[], mus=[2.0], spec="harrod_ehr"))
