@@ -10,7 +10,9 @@ thread each), on batched_grid's records (2,800 synthetic stays of 24 h x 104 var
   runs them (K members, the expected batch): the input gates' forward, their input gradient and clipped sum, the
   hidden decay's forward and clipped sum, and the Grams of the ghost norms of both layers; each the faster of one
   batched product and a loop of K products. The hour loop's small products, every elementwise pass, the gathers and
-  the noise are left out, so this is a lower bound on the batched step.
+  the noise are left out, so this is a lower bound on the batched step;
+* ``non_private_step_ms``: a plain forward and backward of one GRU-D on B and on K x B rows (``per_row_ratio`` near 1:
+  the step costs per row, not per step, so there is little per-step overhead for batching to remove).
 
 4x needs ``batched_ms <= one_by_one_ms / 4``; where ``products_ms`` alone exceeds that, no batching of the same
 arithmetic reaches it on this machine: only fewer FLOPs would, and those would speed the one-by-one path as much.
@@ -78,6 +80,18 @@ def _products(k: int, batch: int, repeats: int) -> dict[str, float]:
     }
 
 
+def _plain_step(inputs, rows: int, repeats: int) -> float:
+    """Seconds of one non-private forward and backward of a GRU-D on ``rows`` records: whether a step's cost is
+    per step (dispatch, which batching removes) or per row (which it does not)."""
+    model = build_classifier("grud", VARIABLES, HOURS, seed=0, hidden_size=HIDDEN)
+    batch = tuple(t[:rows] for t in inputs)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        model(*batch).sum().backward()
+    return _best(step, repeats)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--members", type=int, default=12)
@@ -106,6 +120,8 @@ def main() -> None:
         train_dp_sgd_batched([copy.deepcopy(m) for m in initial], inputs, y, hps, plans, noises)
         batched.append((time.perf_counter() - start) / (k * steps))
     products = _products(k, args.batch_size, args.repeats)
+    plain = {"one_batch": _plain_step(inputs, args.batch_size, args.repeats),
+             "members_batches": _plain_step(inputs, k * args.batch_size, args.repeats)}
     one_ms, batched_ms = 1e3 * statistics.median(one), 1e3 * statistics.median(batched)
     products_ms = 1e3 * sum(products.values()) / k
     result = {
@@ -119,6 +135,9 @@ def main() -> None:
         "one_by_one_ms_per_repeat": [round(1e3 * s, 2) for s in one],
         "batched_ms_per_repeat": [round(1e3 * s, 2) for s in batched],
         "products_seconds": {name: round(s, 5) for name, s in products.items()},
+        "non_private_step_ms": {"rows": [args.batch_size, k * args.batch_size],
+                                "ms": [round(1e3 * plain["one_batch"], 2), round(1e3 * plain["members_batches"], 2)],
+                                "per_row_ratio": round(plain["members_batches"] / (k * plain["one_batch"]), 3)},
     }
     print(json.dumps(result, indent=2))
     out = ROOT / "bench" / "results" / "grud_step_floor_cpu.json"
