@@ -37,7 +37,7 @@ __all__ = ["synthesize_ehr"]
 @private_run  # umask 077: every file of the run owner-only
 def synthesize_ehr(config: SynthesisConfig = SynthesisConfig(), device: str = "auto") -> dict:
     """Synthesise ``config.path`` with each synthesizer over the budget grid; return the report summary."""
-    config = choose_synthesizers(config, load_ehr_spec(config.spec))  # the default synthesizers depend on the table's types
+    config = choose_synthesizers(config, load_ehr_spec(config.spec))  # the defaults depend on the table's types
     check_synthesis_inputs(config)  # a wrong target or a missing bound: refused before anything is read or spent
     run_dir = create_run_directory(config)
     with run_lock(run_dir):
@@ -48,7 +48,8 @@ def synthesize_ehr(config: SynthesisConfig = SynthesisConfig(), device: str = "a
         release_patient_count(run_dir, config)  # reserved and released first: the plans are built from it
         reservations = check_synthesis_budget(run_dir, config)  # raises before any flow is trained
         fit = synthesize.with_options(tags=["gpu"] if resolve_device(device).type == "cuda" else [])
-        records = [fit.submit(run_dir, job, config, reservations.get(job["job_id"]), device) for job in synthesis_jobs(config)]
+        records = [fit.submit(run_dir, job, config, reservations.get(job["job_id"]), device)
+                   for job in synthesis_jobs(config)]
         originals = evaluate_original.map(unmapped(run_dir), list(range(config.mice.m)), unmapped(config))
         evaluations = evaluate_release.map(unmapped(run_dir), records, unmapped(config))
         record_paths = [r.result() for r in records]  # each flow entered the ledger as soon as it was trained

@@ -155,7 +155,8 @@ def check_synthesis_inputs(config: SynthesisConfig) -> None:
         kinds = set().union(*(SYNTHESIZERS[name].budget_kinds for name in config.synthesizers))
         others = [name for name, cls in SYNTHESIZERS.items() if cls.budget_kinds - kinds]
         raise InputError(f"no release to make: {', '.join(config.synthesizers)} take {' or '.join(sorted(kinds))} "
-                         f"budgets only and none is set; add one (--epsilon), or choose synthesizers that take the "
+                         f"budgets only and none is set; add one ({', '.join('--' + k for k in sorted(kinds))}), or choose "
+                         f"synthesizers that take the "
                          f"others ({', '.join(others)})")
     check_mu_ceiling(config)
     needs_bounds = [s for s in config.synthesizers if create_synthesizer(s, config).needs_bounds()]

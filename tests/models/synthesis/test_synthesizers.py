@@ -56,7 +56,8 @@ def test_a_flow_plans_its_dp_sgd_release_at_the_jobs_budget(name):
     config = SynthesisConfig(synthesizers=[name], dpnf={"steps": 40}, hflow={"steps": 40})  # cheap calibrations
     flow = create_synthesizer(name, config)
     settings = config.dpnf if name == "maf" else config.hflow
-    jobs = {(j["budget"]["kind"], j["budget"]["value"]): j for j in synthesis_jobs(config)}  # one per budget: plans cost seconds
+    # one job per budget: plans cost seconds
+    jobs = {(j["budget"]["kind"], j["budget"]["value"]): j for j in synthesis_jobs(config)}
     for job in jobs.values():
         budget = job["budget"]
         plan = flow.plan(job, 60)

@@ -105,9 +105,9 @@ def test_a_placeholder_standing_in_for_missing_values_is_not_a_value_within_its_
     table = pd.DataFrame({name: np.where(missing, stand_in, observed), indicator(name): missing.astype(float)})
     config = SynthesisConfig(synthesizers=["aim_dyadic"], epsilons=[50.0], mus=[], releases=1,
                              privacy={"epsilon_ceiling": 100}, marginal={"bins": 4})
-    done = create_synthesizer("aim_dyadic", config).fit(
-        synthesis_jobs(config)[0], SynthesisData(table, table, [name, indicator(name)], missingness_spec(spec, [name]), 2000,
-                                        0), None, NoiseSource.reproducible("placeholder", "test"))
+    data = SynthesisData(table, table, [name, indicator(name)], missingness_spec(spec, [name]), 2000, 0)
+    done = create_synthesizer("aim_dyadic", config).fit(synthesis_jobs(config)[0], data, None,
+                                                        NoiseSource.reproducible("placeholder", "test"))
     synthetic = done.tables[0]
     values = synthetic.loc[synthetic[indicator(name)] == 0, name].to_numpy()
     near = np.abs(values - stand_in) < (high - low) / (4 * 2 ** 4)  # within one finest cell of the placeholder
@@ -127,7 +127,8 @@ def test_the_default_synthesizer_follows_the_tables_types(tmp_path):
     assert default_synthesizers(harrod) == ["maf"] and default_synthesizers(mixed) == ["aim_dyadic"]
     config = SynthesisConfig(epsilons=[1.0])
     assert choose_synthesizers(config, mixed).synthesizers == ["aim_dyadic"] and config.synthesizers is None
-    assert choose_synthesizers(SynthesisConfig(synthesizers=["hflow"]), mixed).synthesizers == ["hflow"]  # a choice stays
+    chosen = choose_synthesizers(SynthesisConfig(synthesizers=["hflow"]), mixed)
+    assert chosen.synthesizers == ["hflow"]  # a choice stays
     with pytest.raises(RuntimeError, match="choose_synthesizers"):
         synthesis_jobs(config)
     # a run with mu-GDP budgets only: aim_dyadic would make no release, so the default is a flow
