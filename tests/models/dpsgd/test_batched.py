@@ -149,3 +149,36 @@ def test_a_padded_row_adds_nothing_and_a_member_with_an_empty_batch_still_takes_
     for name, p in models[0].named_parameters():
         torch.testing.assert_close(sums[by_name[name]][0], alone[p])  # member 0: its own clipped sum
         assert not sums[by_name[name]][1].any()  # member 1: padding only, nothing
+
+
+@pytest.mark.parametrize("model_name", ["grud", "logistic_regression"])
+def test_each_members_per_sample_norms_in_a_stacked_group_are_torch_funcs_for_that_model_alone(model_name):
+    """The norms that clip a stacked group's rows are, row by row, the norms of the per-sample gradients torch.func
+    takes of that row's own member alone (float64: equal but for the ghost norm's rounding margin), for three members
+    with different weights and different rows."""
+    from torch.func import functional_call, grad, vmap
+
+    from privehr.models.classifiers import build_classifier, classifier_inputs
+    from privehr.models.dpsgd.ghost_clipping import clipped_gradient_sum
+    from privehr.models.dpsgd.stacked_layers import stack_models
+
+    (values, mask, delta), y = _records()
+    inputs = tuple(x.double() for x in classifier_inputs(model_name, values, mask, delta))
+    members = [build_classifier(model_name, 4, 4, seed=k, hidden_size=6).double() for k in range(3)]
+    rows = [torch.arange(k * 7, k * 7 + 7) for k in range(3)]  # each member its own 7 records
+    stacked = stack_models(members)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    losses_fn = lambda m, t, *xs: bce(m(*xs), t, reduction="none")  # noqa: E731
+    batch = tuple(torch.cat([x[r] for r in rows]) for x in inputs)
+    _, norms, _ = clipped_gradient_sum(stacked, losses_fn, (torch.cat([y[r] for r in rows]), *batch),
+                                       torch.ones(21, dtype=torch.float64))
+    for k, model in enumerate(members):
+        params = {n: p.detach() for n, p in model.named_parameters()}
+
+        def loss(p, target, *xs, model=model):
+            return bce(functional_call(model, p, tuple(x[None] for x in xs)), target[None])
+
+        grads = vmap(grad(loss), in_dims=(None, 0, *[0] * len(inputs)))(params, y[rows[k]], *(x[rows[k]]
+                                                                                             for x in inputs))
+        expected = torch.sqrt(sum(g.flatten(1).square().sum(1) for g in grads.values()))
+        torch.testing.assert_close(norms[k * 7:(k + 1) * 7], expected, rtol=1e-9, atol=1e-12)
