@@ -30,8 +30,8 @@ from privehr.models.audit.one_run import audit_scores  # noqa: E402
 from privehr.core.run_layout import RunLayout  # noqa: E402
 from privehr.core.config import (AuditConfig, Cell, DPSGDConfig, NonPrivateConfig, PipelineConfig,  # noqa: E402
                                  PrivacyConfig, TrainingConfig)
-from privehr.models.methods import (CellData, FitSpec, create_method, epsilon_label, is_baseline,  # noqa: E402
-                                    method_display_name)
+from privehr.models.methods import (CellData, ClassifierMethod, FitSpec, create_method, epsilon_label,  # noqa: E402
+                                    is_baseline, method_display_name)
 from privehr.core.errors import InputError  # noqa: E402
 from privehr.tasks.features import load_split  # noqa: E402
 from privehr.io.privacy_ledger import Ledger, record_release, reserve  # noqa: E402
@@ -104,11 +104,14 @@ def plan_audit(config: AuditConfig) -> tuple[str, str]:
 
 
 def _shadow_method(config: AuditConfig, mechanism: str, shadow: int):
-    """Method ``mechanism`` configured as the audited run trained it (its saved ``training``), with the audit's own
-    ``non_private`` and ``dp_sgd`` settings (an overfit non-private model, the DP-SGD shadows' schedule)."""
+    """Method ``mechanism`` configured as the audited run trained it (its saved ``training``: the GRU-D's size and
+    batch norm, ExpM's settings), with the audit's own ``non_private`` and ``dp_sgd`` schedules (an overfit
+    non-private model, the DP-SGD shadows' epochs, batch size, C and learning rate)."""
     saved = RunLayout(config.run_dir).config
-    run = TrainingConfig.model_validate(json.loads(saved.read_text())["training"]) if saved.exists() \
-        else TrainingConfig()
+    if not saved.exists():
+        raise InputError(f"{config.run_dir} has no config.json, so its shadows cannot train as its models did; audit "
+                         "a run directory that privehr-pipeline created")
+    run = TrainingConfig.model_validate(json.loads(saved.read_text())["training"])
     training = run.model_copy(update={
         "non_private": NonPrivateConfig(**run.non_private.model_dump() | config.non_private.model_dump()),
         "dp_sgd": DPSGDConfig(**run.dp_sgd.model_dump() | config.dp_sgd.model_dump() | {"epsilons": [config.epsilon]})})
@@ -126,14 +129,15 @@ def train_shadow(config: AuditConfig, work: str, mechanism: str, shadow: int) ->
     keep = torch.as_tensor(np.load(Path(work) / "membership.npy")[shadow])
     method = _shadow_method(config, mechanism, shadow)
     private = None not in method.epsilons()  # its cells carry a target epsilon (eps~ for ExpM+NF)
-    cell = Cell(label=config.label, model=config.model, method=mechanism, loss=method.losses()[0],
+    losses = method.losses()  # bce where the method trains by it, as the attack scores: never the list's order
+    cell = Cell(label=config.label, model=config.model, method=mechanism, loss="bce" if "bce" in losses else losses[0],
                 target_epsilon=config.epsilon if private else None)
     spec = FitSpec(cell, method.default_hyperparameters(cell), seed=config.seed * 1000 + shadow,
                    what=f"audit shadow {shadow}")
     data = CellData(tuple(t[keep] for t in inputs), y[keep], shape[2], shape[1])
     # the one-run audit scores each example by how much training moved its loss: from the public initialisation
-    initial = build_classifier(config.model, shape[2], shape[1], seed=spec.seed,
-                               hidden_size=spec.hyperparameters.get("hidden_size", 32))
+    initial = method.build(spec, data) if isinstance(method, ClassifierMethod) else build_classifier(
+        config.model, shape[2], shape[1], seed=spec.seed, hidden_size=spec.hyperparameters.get("hidden_size", 32))
     initial.eval()
     with torch.no_grad():
         before = initial(*inputs).cpu().numpy()

@@ -71,10 +71,12 @@ def results_table(rows: list[dict]) -> str:
 
 
 def _expm_draws(run_dir: Path, runs: list[dict]) -> pd.DataFrame:
-    """Every draw's test AUROC, from the files that fits releasing one draw of many wrote next to their models (a
-    method's :class:`~privehr.models.methods.Evaluation` with ``draws``: ExpM+NF's)."""
+    """Every ExpM+NF draw's test AUROC, from the files its fits wrote next to their models (this figure is ExpM+NF's:
+    its axis says eps~, no proven DP)."""
     parts = []
     for r in runs:
+        if r["method"] != "expm_nf":
+            continue
         cell = Cell(**{k: r[k] for k in ("label", "model", "method", "loss", "target_epsilon")})
         path = RunLayout(run_dir).expm_draws(cell.cell_id, r["seed"])
         if path.exists():

@@ -145,6 +145,10 @@ def release_patient_count(run_dir: str, config: SynthesisConfig) -> int | None:
     return train + test
 
 
+#: how the command line adds a budget of each kind (the message of a grid with none a synthesizer takes)
+BUDGET_FLAGS = {"epsilon": "add --epsilon", "mu": "add --mu", "non_private": "leave out --no-non-private"}
+
+
 def check_synthesis_inputs(config: SynthesisConfig) -> None:
     """Refuse, before any record is read or any budget spent, what would fail after training: targets the table
     lacks, a column a synthesizer cannot scale or bin (no bounds), a baseline whose library is missing."""
@@ -154,10 +158,10 @@ def check_synthesis_inputs(config: SynthesisConfig) -> None:
     if not synthesis_jobs(config):
         kinds = set().union(*(SYNTHESIZERS[name].budget_kinds for name in config.synthesizers))
         others = [name for name, cls in SYNTHESIZERS.items() if cls.budget_kinds - kinds]
+        how = " or ".join(BUDGET_FLAGS[k] for k in sorted(kinds))
         raise InputError(f"no release to make: {', '.join(config.synthesizers)} take {' or '.join(sorted(kinds))} "
-                         f"budgets only and none is set; add one ({', '.join('--' + k for k in sorted(kinds))}), or choose "
-                         f"synthesizers that take the "
-                         f"others ({', '.join(others)})")
+                         f"budgets only and none is set; {how}" + (f", or choose synthesizers that take the others "
+                                                                    f"({', '.join(others)})" if others else ""))
     check_mu_ceiling(config)
     needs_bounds = [s for s in config.synthesizers if create_synthesizer(s, config).needs_bounds()]
     if needs_bounds:

@@ -35,7 +35,8 @@ class AuditConfig(_Strict):
                                    "recorded in, the shadows' delta, and the noise switch (reproducible_noise also "
                                    "seeds the canary draw)")
     non_private: NonPrivateSettings = Field(default_factory=lambda: NonPrivateSettings(
-        learning_rate=3e-3, weight_decay=0.0, max_epochs=30), description="an overfit non-private model")
+        learning_rate=3e-3, weight_decay=0.0, max_epochs=30),
+        description="an overfit non-private model (its schedule; the architecture is the audited run's)")
     dp_sgd: DPSGDSettings = Field(DPSGDSettings(), description="the DP-SGD shadows' training (their target is "
                                                               "``epsilon``)")
     seed: int = Field(0, description="initialisation of the shadows (public: it is not DP randomness)")

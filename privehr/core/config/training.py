@@ -34,7 +34,8 @@ class SplitConfig(_Strict):
 
 
 class NonPrivateSettings(_Strict):
-    """How a non-private model trains: AdamW for ``max_epochs`` (the audit's overfit shadows use these alone)."""
+    """How a non-private model trains: AdamW for ``max_epochs`` (the audit's overfit shadows train by these, with
+    the audited run's architecture)."""
 
     learning_rate: float = Field(1e-3, gt=0)
     weight_decay: float = Field(1e-2, ge=0, description="decoupled (AdamW)")

@@ -229,6 +229,11 @@ def test_every_method_plans_fits_and_evaluates_purely(name, tmp_path, monkeypatc
     evaluation = method.evaluate(release, held_out.inputs, held_out.y)
     assert isinstance(evaluation, Evaluation) and 0 <= evaluation.metrics["auroc"] <= 1
     assert evaluation.probabilities.shape == (len(held_out),)
+    # what the membership audit attacks: the released prediction, as logits (ExpM+NF's first draw, its single
+    # release; the DP-trained flow's mean model; the trained classifier)
+    logits = method.logits(release, held_out.inputs)
+    assert logits.shape == (len(held_out),)
+    np.testing.assert_allclose(1 / (1 + np.exp(-logits)), evaluation.probabilities, rtol=1e-5, atol=1e-6)
     assert sorted(os.listdir(tmp_path)) == ["state.pt"]  # pure: the method wrote nothing
 
 

@@ -31,10 +31,8 @@ def test_the_budgets_a_synthesizer_takes_and_where_reports_list_it_live_on_its_c
     the config or the report names synthesizers, so adding one stays one module."""
     config = SynthesisConfig(synthesizers=list(SYNTHESIZERS), mus=[2.0], epsilons=[1.0], non_private=True)
     made = {(job["synthesizer"], job["budget"]["kind"]) for job in synthesis_jobs(config)}
-    assert made == {(name, budget.kind) for name, cls in SYNTHESIZERS.items() for budget in config.budgets()
-                    if budget.kind in cls.budget_kinds}
-    assert {kind for name, kind in made if name == "hflow"} == {"mu", "epsilon", "non_private"}
-    assert {kind for name, kind in made if name == "aim"} == {"epsilon"}
+    assert made == {(flow, kind) for flow in ("maf", "hflow") for kind in ("mu", "epsilon", "non_private")} | \
+        {(marginal, "epsilon") for marginal in ("aim", "mst", "aim_dyadic")}
     ids = {job["job_id"] for job in synthesis_jobs(config)}
     assert {"imp0-epsilon1-run0", "aim-imp0-epsilon1-run0", "aim_dyadic-imp0-mu2-run0"} - ids == \
         {"aim_dyadic-imp0-mu2-run0"}  # the MAF's ids carry no prefix; aim_dyadic makes no mu release
@@ -117,5 +115,10 @@ def test_a_grid_where_no_synthesizer_takes_a_budget_is_refused_naming_those_that
     from privehr.core.errors import InputError
     from privehr.tasks.synthesis import check_synthesis_inputs
 
-    with pytest.raises(InputError, match=r"aim, mst take epsilon budgets only .* take the others \(maf, hflow\)"):
+    with pytest.raises(InputError, match=r"aim, mst take epsilon budgets only and none is set; add --epsilon, or "
+                                         r"choose synthesizers that take the others \(maf, hflow\)$"):
         check_synthesis_inputs(SynthesisConfig(synthesizers=["aim", "mst"], epsilons=[], mus=[2.0], spec="harrod_ehr"))
+    with pytest.raises(InputError, match=r"maf take epsilon or mu or non_private budgets only and none is set; add "
+                                         r"--epsilon or add --mu or leave out --no-non-private$"):  # no other to name
+        check_synthesis_inputs(SynthesisConfig(synthesizers=["maf"], epsilons=[], mus=[], non_private=False,
+                                               spec="harrod_ehr"))
