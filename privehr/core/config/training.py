@@ -214,10 +214,14 @@ class TrainingConfig(_Strict):
 
     def targets(self) -> dict[str, list[float]]:
         """The target epsilons each method of ``methods`` calibrates noise to, by where they are set: the epsilons of
-        every method whose settings (the field named as the method) say they are ``accounted``. What the privacy
-        ceiling holds; ExpM+NF's eps~ shapes a density and is no guarantee, so it is not one."""
-        return {f"training.{name}.epsilons": list(getattr(self, name).epsilons) for name in self.methods
-                if getattr(type(getattr(self, name)), "accounted", False)}
+        every method whose settings (the field named as the method) say they are ``accounted``, and the epsilon of a
+        DP search's noisy dev scores. What the privacy ceiling holds; ExpM+NF's eps~ shapes a density and is no
+        guarantee, so it is not one."""
+        targets = {f"training.{name}.epsilons": list(getattr(self, name).epsilons) for name in self.methods
+                   if getattr(type(getattr(self, name)), "accounted", False)}
+        if targets and self.search_budget > 1 and self.tuning == "dp":  # each trial's noisy dev scores: a release
+            targets["training.search_score_epsilon"] = [self.search_score_epsilon]
+        return targets
 
 
 class EvaluationConfig(_Strict):

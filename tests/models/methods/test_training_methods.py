@@ -366,3 +366,17 @@ def test_every_dp_method_s_target_epsilons_are_held_to_the_ceiling(name):
         assert allowed.training.targets() == {f"training.{name}.epsilons": [50.0]}
     else:
         assert PipelineConfig(training=above).training.targets() == {}
+
+
+def test_a_dp_search_s_score_epsilon_is_held_to_the_ceiling():
+    """With tuning: dp each search trial's dev scores are a Gaussian release at search_score_epsilon: a target like
+    the cells' (an exact search releases no scores, so it has none)."""
+    from pydantic import ValidationError
+
+    from privehr.core.config import PipelineConfig
+
+    with pytest.raises(ValidationError, match="training.search_score_epsilon asks for epsilon 50"):
+        PipelineConfig(training={"search_budget": 4, "search_score_epsilon": 50.0})
+    assert "training.search_score_epsilon" not in PipelineConfig(
+        training={"search_budget": 4, "search_score_epsilon": 50.0, "tuning": "exact"}).training.targets()
+    assert "training.search_score_epsilon" not in TrainingConfig(search_score_epsilon=50.0).targets()  # no search
