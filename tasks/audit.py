@@ -23,6 +23,7 @@ from prefect import task  # noqa: E402
 from prefect.artifacts import create_table_artifact  # noqa: E402
 
 from privehr.models.classifiers import build_classifier, classifier_inputs  # noqa: E402
+from privehr.models.classifiers.training import predict_logits  # noqa: E402
 from privehr.models.privacy.randomness import NoiseSource  # noqa: E402
 from privehr.models.audit.lira import leave_one_out, logit_confidence, shadow_membership  # noqa: E402
 from privehr.models.privacy.ledger import LedgerEntry  # noqa: E402
@@ -138,9 +139,7 @@ def train_shadow(config: AuditConfig, work: str, mechanism: str, shadow: int) ->
     # the one-run audit scores each example by how much training moved its loss: from the public initialisation
     initial = method.build(spec, data) if isinstance(method, ClassifierMethod) else build_classifier(
         config.model, shape[2], shape[1], seed=spec.seed, hidden_size=spec.hyperparameters.get("hidden_size", 32))
-    initial.eval()
-    with torch.no_grad():
-        before = initial(*inputs).cpu().numpy()
+    before = predict_logits(initial, inputs).cpu().numpy()
     release = method.fit(spec, data, method.plan(spec, len(data)), _noise(config, "shadow", shadow))
     after = method.logits(release, inputs)
     bce = torch.nn.functional.binary_cross_entropy_with_logits

@@ -21,7 +21,8 @@ from privehr.core.config import NonPrivateConfig
 from privehr.models.classifiers.losses import binary_loss
 from privehr.models.evaluation.metrics import binary_metrics
 
-__all__ = ["TrainingHyperparameters", "TrainingResult", "fit_binary_classifier", "predict_proba", "Inputs"]
+__all__ = ["TrainingHyperparameters", "TrainingResult", "fit_binary_classifier", "predict_proba", "predict_logits",
+           "Inputs"]
 
 Inputs = tuple[torch.Tensor, ...]  # the model's positional inputs, each with the batch first
 
@@ -57,7 +58,8 @@ def _as_inputs(x) -> Inputs:
 
 
 @torch.no_grad()
-def _logits(model: nn.Module, x, batch_size: int = 4096) -> torch.Tensor:
+def predict_logits(model: nn.Module, x, batch_size: int = 4096) -> torch.Tensor:
+    """model(x) in eval mode for inputs ``x`` (a tensor or a tuple of tensors), in batches, without a graph."""
     x = _as_inputs(x)
     model.eval()
     out = [model(*(t[i:i + batch_size] for t in x)) for i in range(0, len(x[0]), batch_size)]
@@ -66,7 +68,7 @@ def _logits(model: nn.Module, x, batch_size: int = 4096) -> torch.Tensor:
 
 def predict_proba(model: nn.Module, x, batch_size: int = 4096) -> np.ndarray:
     """sigma(model(x)) for inputs ``x`` (a tensor or a tuple of tensors), in batches."""
-    return torch.sigmoid(_logits(model, x, batch_size)).cpu().numpy()
+    return torch.sigmoid(predict_logits(model, x, batch_size)).cpu().numpy()
 
 
 def fit_binary_classifier(model: nn.Module, x_train, y_train: torch.Tensor, x_dev=None,
@@ -95,7 +97,7 @@ def fit_binary_classifier(model: nn.Module, x_train, y_train: torch.Tensor, x_de
             total += float(batch_loss.detach()) * len(idx)
         record = {"epoch": epoch, "train_loss": total / n}
         if x_dev is not None:
-            logits = _logits(model, x_dev)
+            logits = predict_logits(model, x_dev)
             record["dev_auroc"] = binary_metrics(y_dev.cpu().numpy(), torch.sigmoid(logits).cpu().numpy())["auroc"]
             record["dev_loss"] = float(loss_fn(logits, y_dev))
             if hp.early_stopping == "auroc" and np.isfinite(record["dev_auroc"]):

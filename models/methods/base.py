@@ -35,7 +35,7 @@ import torch
 from privehr.core.config import Cell, Method, PrivacyConfig, TrainingConfig
 from privehr.core.registry import Registry
 from privehr.models.classifiers import build_classifier
-from privehr.models.classifiers.training import predict_proba
+from privehr.models.classifiers.training import predict_logits, predict_proba
 from privehr.models.evaluation.metrics import binary_metrics
 from privehr.models.privacy.ledger import LedgerEntry
 from privehr.models.privacy.randomness import NoiseSource
@@ -223,10 +223,7 @@ class TrainingMethod(ABC):
         membership audit attacks these; a method whose release is no single module says what it releases)."""
         if release.model_ is None:
             raise NotImplementedError(f"{self.name}: a release without a trained module says what its logits are")
-        model = release.model_
-        model.eval()
-        with torch.no_grad():
-            return model(*inputs).cpu().numpy()
+        return predict_logits(release.model_, inputs).cpu().numpy()
 
     #: whether :meth:`fit_many` trains a group of releases as one batched model (else one by one)
     batches: ClassVar[bool] = False
