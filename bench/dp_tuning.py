@@ -76,7 +76,7 @@ def main() -> int:
     from privehr.core.run_layout import RunLayout
     from privehr.flows.pipeline import pipeline
     from privehr.io.demo_data import write_demo_mimic
-    from privehr.io.privacy_ledger import read_ledger
+    from privehr.io.ledger import read_ledger
     from privehr.models.privacy.ledger import compose_entries
 
     tmp = Path(tempfile.mkdtemp(prefix="privehr-tuning-"))

@@ -69,7 +69,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="privehr-ledger-bench-"))
     os.environ["PRIVEHR_CACHE_DIR"] = str(folder / "cache")
 
-    from privehr.io.privacy_ledger import Ledger, ledger_totals, verify_ledger
+    from privehr.io.ledger import Ledger, ledger_totals, verify_ledger
     from privehr.models.privacy import accounting
     from privehr.models.privacy.ledger import check_budget, compose_entries
 

@@ -79,8 +79,8 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="privehr-year-"))
     os.environ["PRIVEHR_CACHE_DIR"] = str(folder / "cache")
 
-    import privehr.io.privacy_ledger as io_ledger
-    from privehr.io.privacy_ledger import Ledger, reserve, source_patients
+    from privehr.io.ledger import members as snapshot_store
+    from privehr.io.ledger import Ledger, reserve, source_patients
     from privehr.models.privacy import accounting
     from privehr.models.privacy.patient_accounting import member_hashes, patient_curves, patient_spend
 
@@ -165,7 +165,7 @@ def main() -> None:
                                    for k, v in tracked.items()},
             "cpu_s": {"budget_check": round(check_s, 3), "reserve": round(reserve_s, 3)}})
         if night % args.checkpoint == 0 or night == args.nights:
-            io_ledger._SNAPSHOTS.clear()  # as a new process finds it: the store kept, nothing in memory
+            snapshot_store._VERIFIED.clear()  # as a new process finds it: the store kept, nothing in memory
             accounting._rdp_step_stored.cache_clear()
             mine = [e for e in ledger.read() if e.dataset == source]
             summary, view_s = cpu(lambda: source_patients(Ledger(ledger.path), mine, 1e-5, args.budget,
@@ -187,7 +187,7 @@ def measure(folder: Path, budget: float) -> dict:
     import resource
     import subprocess
 
-    from privehr.io.privacy_ledger import Ledger
+    from privehr.io.ledger import Ledger
     from privehr.models.privacy.patient_accounting import patient_spend
 
     ledger = Ledger(folder / "ledger.jsonl")

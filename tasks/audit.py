@@ -35,7 +35,7 @@ from privehr.models.methods import (CellData, ClassifierMethod, FitSpec, create_
                                     is_baseline, method_display_name)
 from privehr.core.errors import InputError  # noqa: E402
 from privehr.tasks.features import load_split  # noqa: E402
-from privehr.io.privacy_ledger import Ledger, record_release, reserve  # noqa: E402
+from privehr.io.ledger import Ledger, record_release, reserve  # noqa: E402
 from privehr.tasks.progress import progress_artifact  # noqa: E402
 from privehr.tasks.release_budget import pipeline_dataset_id  # noqa: E402
 from privehr.tasks.run_directory import ledger_run  # noqa: E402

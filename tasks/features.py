@@ -14,7 +14,7 @@ from privehr.core.config import FeaturizerSource, PrivacyConfig
 from privehr.core.errors import InputError
 from privehr.core.run_layout import RunLayout
 from privehr.core.strict_json import strict_dumps
-from privehr.io.privacy_ledger import record_release, void_reservation
+from privehr.io.ledger import record_release, void_reservation
 from privehr.models.data.cohort import LABELS
 from privehr.models.data.featurizer_statistics import (FeaturizerStatistics, can_inform, dp_statistics,
                                                        exact_statistics, fallback_threshold, public_statistics)

@@ -28,7 +28,7 @@ from prefect import task
 from privehr.core.config import PipelineConfig
 from privehr.core.records import RecordCounts
 from privehr.core.run_layout import RunLayout
-from privehr.io.privacy_ledger import BudgetExceeded, Ledger, short_dataset, source_entries
+from privehr.io.ledger import BudgetExceeded, Ledger, short_dataset, source_entries
 from privehr.models.data.patient_split import SPLITS
 from privehr.models.methods import grid
 from privehr.models.privacy.ledger import LedgerEntry

@@ -31,7 +31,7 @@ from privehr.core.errors import InputError
 from privehr.core.inference_config import InferenceConfig, VIConfig
 from privehr.core.strict_json import strict_dumps
 from privehr.tasks.compute import share_cores
-from privehr.io.privacy_ledger import Ledger, record_release
+from privehr.io.ledger import Ledger, record_release
 from privehr.tasks.release_budget import check_delta, reserve_planned
 from privehr.tasks.run_logging import run_logger
 from privehr.models.synthesis.flow_synthesizers import density_hyperparameters

@@ -23,7 +23,7 @@ from privehr.core.config import PipelineConfig
 from privehr.core.records import RecordCounts
 from privehr.core.run_layout import RunLayout
 from privehr.core.strict_json import strict_dumps
-from privehr.io.privacy_ledger import record_release
+from privehr.io.ledger import record_release
 from privehr.models.data.patient_split import SPLITS
 from privehr.models.privacy.ledger import LedgerEntry
 from privehr.models.privacy.noisy_count import noisy_count

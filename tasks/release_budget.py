@@ -27,7 +27,7 @@ from privehr.core.config import Cell, PipelineConfig, SynthesisConfig
 from privehr.core.errors import InputError
 from privehr.core.specs import load_ehr_spec
 from privehr.core.strict_json import strict_dumps
-from privehr.io.privacy_ledger import BudgetExceeded, Ledger, reserve
+from privehr.io.ledger import BudgetExceeded, Ledger, reserve
 from privehr.tasks.run_directory import ledger_run, read_summary
 from privehr.tasks.run_logging import run_logger
 from privehr.models.synthesis import synthesis_jobs

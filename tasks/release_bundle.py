@@ -42,7 +42,7 @@ from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_mimic_spec
 from privehr.core.strict_json import strict_dumps
 from privehr.io.bundle_signature import fingerprint, hospital_key, signing_key_path
-from privehr.io.privacy_ledger import read_ledger, record_release
+from privehr.io.ledger import read_ledger, record_release
 from privehr.io.release_bundle import (BUNDLE_FILES, bundle_neighbours, bundle_total, dp_claim, public_entry,
                                        write_manifest)
 from privehr.models.data.hourly_profile import outlier_bounds

@@ -24,7 +24,7 @@ from privehr.io.figures import plot_auroc_vs_epsilon, plot_expm_boxplots, plot_r
 from privehr.core.strict_json import strict_dumps, strict_json
 from privehr.io.mimic_extract import extract_source
 from privehr.io.pages import page_url
-from privehr.io.privacy_ledger import Ledger, short_dataset, source_patients
+from privehr.io.ledger import Ledger, short_dataset, source_patients
 from privehr.io.release_bundle import needed_text
 from privehr.io.report_html import inline_figures, write_report_html
 from privehr.tasks.release_bundle import LABEL_DEFINITIONS

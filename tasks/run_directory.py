@@ -22,7 +22,7 @@ from privehr.core.records import RUN_RECORDS
 from privehr.core.run_layout import RunLayout  # noqa: E402
 from privehr.core.config import RUN_ID_PATTERN, PipelineConfig
 from privehr.core.errors import InputError
-from privehr.io.privacy_ledger import Ledger
+from privehr.io.ledger import Ledger
 from privehr.tasks.run_logging import run_logger
 
 __all__ = ["create_run_directory", "new_run_id", "run_lock", "ledger_run"]

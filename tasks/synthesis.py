@@ -41,7 +41,7 @@ from privehr.core.run_layout import RunLayout
 from privehr.core.specs import check_targets, load_ehr_spec
 from privehr.core.strict_json import strict_dumps
 from privehr.io.ehr_table import read_ehr_table
-from privehr.io.privacy_ledger import Ledger, record_release
+from privehr.io.ledger import Ledger, record_release
 from privehr.models.synthesis.codec import TableCodec
 from privehr.models.data.mice import MICEImputer
 from privehr.models.data.derived_columns import add_derived

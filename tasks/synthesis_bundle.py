@@ -35,7 +35,7 @@ from privehr.core.config import SynthesisConfig
 from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_ehr_spec
 from privehr.core.strict_json import strict_dumps
-from privehr.io.privacy_ledger import read_ledger
+from privehr.io.ledger import read_ledger
 from privehr.io.release_bundle import bundle_neighbours, bundle_total, dp_claim, public_entry, write_manifest
 from privehr.io.spreadsheet import escape_cell
 from privehr.tasks.release_bundle import signing_key

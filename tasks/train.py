@@ -31,7 +31,7 @@ Papernot and Steinke's Poisson bound would cost beside the composition.
 Privacy: a DP-SGD fit (final or search trial) trains by the :class:`~privehr.models.privacy.release_plan.ReleasePlan`
 that the budget check built and reserved (the same object: a plan is built once per release) with noise from
 ``NoiseSource.for_release``, and enters the ledger as soon as it is trained, before its model is written
-anywhere (:func:`privehr.io.privacy_ledger.record_release`); non-private and ExpM+NF fits enter it the same way,
+anywhere (:func:`privehr.io.ledger.record_release`); non-private and ExpM+NF fits enter it the same way,
 as releases without a DP guarantee. A final fit's model file is serialised before its release is recorded, and the
 entry binds the file's sha256; exactly those bytes are then written (and a release bundle ships them unchanged).
 How each method trains, and what each of its releases is, lives in its
@@ -55,7 +55,7 @@ from privehr.core.run_layout import RunLayout
 from privehr.core.config import Cell, PrivacyConfig, TrainingConfig
 from privehr.core.records import FitRow
 from privehr.core.strict_json import strict_dumps, strict_json
-from privehr.io.privacy_ledger import record_release
+from privehr.io.ledger import record_release
 from privehr.models.classifiers import classifier_inputs
 from privehr.models.device import resolve_device
 from privehr.models.classifiers.hyperparameter_search import sample_configurations

@@ -25,7 +25,7 @@ from privehr.simulate.severity_simulator import simulate_extract
 from privehr.resources import mimic_extract_variables
 from privehr.io.demo_data import write_demo_ehr, write_extract
 from privehr.io.permissions import private_umask
-from privehr.io.privacy_ledger import Ledger, reserve
+from privehr.io.ledger import Ledger, reserve
 
 from oracles import servers
 from privehr.models.privacy.ledger import LedgerEntry

@@ -54,7 +54,7 @@ def test_config_json_applies_overrides(tmp_path, capsys):
 def test_privacy_ledger_command_shows_not_dp_and_the_dp_only_total_in_strict_json(tmp_path, capsys):
     from privehr.models.privacy.accounting import epsilon_spent
     from privehr.models.privacy.ledger import LedgerEntry
-    from privehr.io.privacy_ledger import Ledger
+    from privehr.io.ledger import Ledger
 
     ledger = tmp_path / "ledger.jsonl"
     sgd = epsilon_spent(1.0, 0.05, 200, 1e-5)

@@ -47,7 +47,7 @@ def add_privacy_parser(sub, common: argparse.ArgumentParser) -> None:
 
 def privacy_ledger(args) -> int:
     # deferred for start-up time (torch, opacus)
-    from privehr.io.privacy_ledger import VIEW_MAX_DISTINCT, ledger_totals, short_dataset
+    from privehr.io.ledger import VIEW_MAX_DISTINCT, ledger_totals, short_dataset
 
     config = config_from(args)
     path = args.ledger or config.privacy.ledger_path
@@ -100,7 +100,7 @@ def privacy_ledger(args) -> int:
 
 def verify_command(args, path: Path) -> int:
     """``privehr privacy ledger --verify``: 0 for an intact ledger, 1 naming the first line found wrong."""
-    from privehr.io.privacy_ledger import verify_ledger  # deferred for start-up time (torch, opacus)
+    from privehr.io.ledger import verify_ledger  # deferred for start-up time (torch, opacus)
 
     if not Path(path).exists():
         raise InputError(f"no privacy ledger at {path}; pass --ledger PATH (or set PRIVEHR_LEDGER)")
@@ -118,7 +118,7 @@ def verify_command(args, path: Path) -> int:
 
 def migrate_command(args, path: Path) -> int:
     """``privehr privacy ledger --migrate``: chain an unchained ledger once, saying what it chained."""
-    from privehr.io.privacy_ledger import migrate_ledger  # deferred for start-up time (torch, opacus)
+    from privehr.io.ledger import migrate_ledger  # deferred for start-up time (torch, opacus)
 
     if not Path(path).exists():
         raise InputError(f"no privacy ledger at {path}; pass --ledger PATH (or set PRIVEHR_LEDGER)")

@@ -74,7 +74,7 @@ def release_show(args) -> int:
 
 def release_verify(args) -> int:
     from privehr.io.bundle_signature import key_fingerprint
-    from privehr.io.privacy_ledger import read_ledger
+    from privehr.io.ledger import read_ledger
     from privehr.io.release_bundle import verify_bundle
 
     _existing(args.bundle, "release bundle")

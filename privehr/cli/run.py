@@ -78,7 +78,7 @@ def run_command(args) -> int:
 
         pull_inputs.fn([str(config.data.hdf5_path)] + ([str(config.synthesis.path)] if config.synthesis else []))
     check_extract(config.data.hdf5_path)  # fail fast, before Prefect starts
-    from privehr.io.privacy_ledger import Ledger  # deferred for start-up time (torch, opacus)
+    from privehr.io.ledger import Ledger  # deferred for start-up time (torch, opacus)
 
     ledger = Ledger(config.privacy.ledger_path)
     ledger.state()  # a tampered ledger is named before anything is read

@@ -94,5 +94,5 @@ class AccountingCache:
 
 def install() -> None:
     """Use the cache of :func:`cache_dir` in this process, opened at its first calibration or composition (importing
-    :mod:`privehr.io.privacy_ledger`, as every task and ledger command does, calls this)."""
+    :mod:`privehr.io.ledger`, as every task and ledger command does, calls this)."""
     use_store_factory(lambda: AccountingCache.open(cache_dir()))

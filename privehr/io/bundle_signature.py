@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from privehr.core.errors import InputError
+from privehr.io.ledger.layout import LedgerLayout, write_private
 
 __all__ = ["SIGNATURE", "SIGNATURE_FORMAT", "signing_key_path", "hospital_key", "fingerprint", "key_fingerprint",
            "signature_record", "signature_problems", "normalise_fingerprint"]
@@ -42,8 +43,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 def signing_key_path(ledger_path: str | os.PathLike) -> Path:
     """Where the hospital's signing key lives: ``<ledger>.signing-key``, beside the privacy ledger."""
-    ledger = Path(ledger_path)
-    return ledger.with_name(ledger.name + ".signing-key")
+    return LedgerLayout(ledger_path).signing_key
 
 
 def fingerprint(public: Ed25519PublicKey) -> str:
@@ -88,14 +88,8 @@ def hospital_key(ledger_path: str | os.PathLike) -> tuple[Ed25519PrivateKey, boo
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:  # O_EXCL: two runs creating it at once keep the first one's
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    if not write_private(path, pem, exclusive=True):  # two runs creating it at once keep the first one's
         return _read_key(path), False
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(pem)
-        fh.flush()
-        os.fsync(fh.fileno())
     return key, True
 
 

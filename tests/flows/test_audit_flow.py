@@ -13,7 +13,7 @@ from privehr.tasks.split import split_cohort
 
 
 def test_audit_flow_reports_attacks_and_bounds(tmp_path, small_extract):
-    from privehr.io.privacy_ledger import ledger_totals, read_ledger
+    from privehr.io.ledger import ledger_totals, read_ledger
 
     run_dir = create_run_directory.fn(PipelineConfig(artifacts_dir=tmp_path, run_id="audited",
                                                      data={"hdf5_path": small_extract},

@@ -22,7 +22,7 @@ from privehr.core.config import Cell, PipelineConfig
 from privehr.core.run_layout import RunLayout
 from privehr.flows.pipeline import pipeline
 from privehr.io.demo_data import write_extract
-from privehr.io.privacy_ledger import read_ledger
+from privehr.io.ledger import read_ledger
 from privehr.io.release_bundle import verify_bundle
 from privehr.models.privacy.ledger import compose_entries
 from privehr.resources import mimic_extract_variables

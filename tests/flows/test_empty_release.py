@@ -13,7 +13,7 @@ import pandas as pd
 from privehr.core.config import SynthesisConfig
 from privehr.flows.synthesis import synthesize_ehr
 from privehr.io.demo_data import write_demo_ehr
-from privehr.io.privacy_ledger import read_ledger
+from privehr.io.ledger import read_ledger
 from privehr.models.synthesis.flow_synthesizers import FlowSynthesizer
 
 EMPTY = {2.0: {0, 1}, 3.0: {1}}  # epsilon -> the sampled tables forced empty (every value NaN)

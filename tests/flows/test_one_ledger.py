@@ -18,7 +18,7 @@ from privehr.core.config import PipelineConfig
 from privehr.flows.pipeline import pipeline
 from privehr.flows.synthesis import synthesize_ehr
 from privehr.io.demo_data import write_demo_ehr
-from privehr.io.privacy_ledger import read_ledger
+from privehr.io.ledger import read_ledger
 from privehr.models.privacy.ledger import compose_entries
 
 SYNTHESIS = {"mice": {"m": 1, "max_iter": 2, "trace": False}, "mus": [], "epsilons": [2.0], "non_private": False,

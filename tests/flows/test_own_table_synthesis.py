@@ -15,7 +15,7 @@ import yaml
 from privehr.cli import main
 from privehr.core.specs import EHRTableSpec, load_ehr_spec
 from privehr.io.spec_draft import spec_yaml
-from privehr.io.privacy_ledger import read_ledger
+from privehr.io.ledger import read_ledger
 
 REPO = Path(__file__).resolve().parents[2]
 

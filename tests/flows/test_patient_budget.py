@@ -14,7 +14,7 @@ from privehr.core.config import PipelineConfig
 from privehr.core.errors import InputError
 from privehr.flows.pipeline import pipeline
 from privehr.io.demo_data import write_extract
-from privehr.io.privacy_ledger import Ledger, ledger_totals, read_ledger, verify_ledger
+from privehr.io.ledger import Ledger, ledger_totals, read_ledger, verify_ledger
 from privehr.models.privacy.patient_accounting import member_hashes, patient_spend
 from privehr.resources import mimic_extract_variables
 from privehr.simulate.severity_simulator import simulate_extract

@@ -136,7 +136,7 @@ def test_invalid_parameters_are_refused_before_running():
 def test_a_restarted_run_does_not_redo_finished_cells_and_retrains_the_rest_with_fresh_noise(tmp_path, small_extract):
     import torch
 
-    from privehr.io.privacy_ledger import ledger_totals, read_ledger
+    from privehr.io.ledger import ledger_totals, read_ledger
 
     config = PipelineConfig.model_validate({
         "data": {"hdf5_path": str(small_extract)}, "artifacts_dir": str(tmp_path), "run_id": "resumable",

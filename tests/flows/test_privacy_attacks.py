@@ -21,7 +21,7 @@ from privehr.cli import main
 from privehr.core.config import PipelineConfig
 from privehr.core.errors import InputError
 from privehr.io.demo_data import write_demo_ehr
-from privehr.io.privacy_ledger import ledger_totals, read_ledger
+from privehr.io.ledger import ledger_totals, read_ledger
 from privehr.models.privacy.release_plan import ReleasePlan
 
 from oracles.ledger_race import reserve_at_the_barrier

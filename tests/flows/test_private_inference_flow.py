@@ -16,7 +16,7 @@ from privehr.models.inference.repeated_measures import simulate_repeated_measure
 from privehr.cli import main
 from privehr.core.errors import InputError
 from privehr.core.inference_config import InferenceConfig
-from privehr.io.privacy_ledger import read_ledger
+from privehr.io.ledger import read_ledger
 
 TINY = {"subjects": 150, "mus": [2.0], "runs": 1, "vi": {"steps": 30, "draws": 16},
         "synthetic": {"datasets": 1, "density": {"steps": 30}}, "reference_draws": 500, "summary_draws": 500}

@@ -26,7 +26,7 @@ from privehr.cli import main
 from privehr.core.config import PipelineConfig
 from privehr.flows.pipeline import pipeline
 from privehr.io.demo_data import write_extract
-from privehr.io.privacy_ledger import read_ledger
+from privehr.io.ledger import read_ledger
 from privehr.models.privacy.ledger import compose_entries
 from privehr.resources import mimic_extract_variables
 from privehr.simulate.severity_simulator import simulate_extract

@@ -25,7 +25,7 @@ from privehr.core.config import SynthesisConfig
 from privehr.core.specs import SPEC_DIR
 from privehr.flows.synthesis import synthesize_ehr
 from privehr.io.demo_data import write_demo_ehr
-from privehr.io.privacy_ledger import read_ledger
+from privehr.io.ledger import read_ledger
 from privehr.models.privacy.ledger import compose_entries
 
 from oracles.bundle_numbers import leaves

@@ -13,7 +13,7 @@ from prefect.client.orchestration import get_client
 from privehr.flows.synthesis import synthesize_ehr
 from privehr.core.config import SynthesisConfig
 from privehr.io.demo_data import write_demo_ehr
-from privehr.io.privacy_ledger import ledger_totals, read_ledger
+from privehr.io.ledger import ledger_totals, read_ledger
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 
 from privehr.models.privacy.release_plan import ReleasePlan
 from privehr.core.errors import InputError
-from privehr.io.privacy_ledger import Ledger, ledger_totals, read_ledger, record_release, reserve
+from privehr.io.ledger import Ledger, ledger_totals, read_ledger, record_release, reserve
 
 PLAN = ReleasePlan.for_epochs(1000, batch_size=100, epochs=2, target_epsilon=1.0, delta=1e-5)
 

@@ -6,7 +6,7 @@ seconds before it reached the barrier."""
 import multiprocessing
 
 from privehr.core.errors import InputError
-from privehr.io.privacy_ledger import Ledger, reserve
+from privehr.io.ledger import Ledger, reserve
 
 
 def reserve_at_the_barrier(ledger: str, budget: float, plan, barrier, results) -> None:

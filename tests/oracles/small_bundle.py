@@ -14,7 +14,7 @@ import torch
 from privehr.core.config import PipelineConfig
 from privehr.core.strict_json import strict_dumps
 from privehr.io.bundle_signature import fingerprint, hospital_key
-from privehr.io.privacy_ledger import Ledger
+from privehr.io.ledger import Ledger
 from privehr.io.release_bundle import bundle_total, public_entry, verify_bundle, write_manifest
 from privehr.models.classifiers import build_classifier
 from privehr.models.evaluation.dp_evaluation import metrics_from_histograms, noisy_histograms

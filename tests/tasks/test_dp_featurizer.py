@@ -9,7 +9,7 @@ import json
 import pytest
 
 from privehr.core.config import PipelineConfig, SplitConfig
-from privehr.io.privacy_ledger import ledger_totals, read_ledger
+from privehr.io.ledger import ledger_totals, read_ledger
 from privehr.models.data.featurizer_statistics import can_inform, fallback_threshold, sensitivity
 from privehr.tasks.cohort import build_cohort
 from privehr.tasks.features import build_features

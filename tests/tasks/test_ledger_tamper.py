@@ -12,7 +12,7 @@ import pytest
 
 from privehr.cli import main
 from privehr.core.errors import InputError
-from privehr.io.privacy_ledger import Ledger, LedgerTampered, record_release, reserve, verify_ledger
+from privehr.io.ledger import Ledger, LedgerTampered, record_release, reserve, verify_ledger
 from privehr.models.privacy.ledger import LedgerEntry
 
 
@@ -162,7 +162,7 @@ def _strip_chain(path: Path) -> None:
 
 
 def _spend(path: Path) -> float:
-    from privehr.io.privacy_ledger import ledger_totals
+    from privehr.io.ledger import ledger_totals
 
     return sum(t.epsilon_dp for t in ledger_totals(path))
 

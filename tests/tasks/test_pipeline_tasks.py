@@ -54,7 +54,7 @@ def test_split_keeps_patients_whole_and_features_use_training_statistics(prepare
 @pytest.mark.parametrize("model", ["logistic_regression", "grud"])
 def test_search_then_fit_for_each_method(prepared, model, tmp_path, small_extract, monkeypatch):
     import privehr.models.privacy.release_plan as release_plan
-    from privehr.io.privacy_ledger import read_ledger
+    from privehr.io.ledger import read_ledger
     from privehr.tasks.release_budget import check_privacy_budget
     from privehr.tasks.train import fit_key
 
@@ -101,7 +101,7 @@ def test_a_batched_fit_group_makes_one_recorded_release_per_member_and_resumes_p
     import hashlib
 
     from privehr.core.run_layout import RunLayout
-    from privehr.io.privacy_ledger import read_ledger
+    from privehr.io.ledger import read_ledger
     from privehr.models.methods import create_method, fit_groups
     from privehr.tasks.release_budget import check_privacy_budget
     from privehr.tasks.train import fit_group, fit_key
@@ -134,7 +134,7 @@ def test_a_batched_fit_group_makes_one_recorded_release_per_member_and_resumes_p
 
 def test_over_budget_runs_are_refused_before_anything_is_trained(prepared, tmp_path, small_extract):
     from privehr.core.errors import InputError
-    from privehr.io.privacy_ledger import ledger_totals, read_ledger
+    from privehr.io.ledger import ledger_totals, read_ledger
     from privehr.tasks.release_budget import check_privacy_budget
 
     run_dir, _, _, _ = prepared

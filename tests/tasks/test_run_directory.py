@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from privehr.core.config import PipelineConfig
-from privehr.io.privacy_ledger import release_id
+from privehr.io.ledger import release_id
 from privehr.tasks.run_directory import create_run_directory, ledger_run, new_run_id
 
 

@@ -265,7 +265,7 @@ def test_a_toy_method_registered_like_a_new_module_trains_through_the_tasks(tmp_
     """Declared (its name in the config's Method literal: patched here) and registered, the toy method is found
     by the grid, planned and reserved by the budget check and fitted by the training task: no other file knows it."""
     from privehr.core.config import PipelineConfig
-    from privehr.io.privacy_ledger import Ledger, read_ledger, reserve
+    from privehr.io.ledger import Ledger, read_ledger, reserve
     from privehr.models.privacy.release_plan import Reserved
     from privehr.tasks import train
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from privehr.core.errors import InputError
-from privehr.io.privacy_ledger import Ledger, LedgerTampered, ledger_totals, reserve, verify_ledger
+from privehr.io.ledger import Ledger, LedgerTampered, ledger_totals, reserve, verify_ledger
 from privehr.io.release_bundle import public_entry
 from privehr.models.privacy.ledger import LedgerEntry, compose_entries
 from privehr.models.privacy.patient_accounting import (check_patient_budget, entries_of, member_hashes, patient_curves,
@@ -147,7 +147,7 @@ def test_a_snapshot_edited_deleted_or_left_readable_is_refused(tmp_path):
 
 
 def test_the_view_skips_prv_and_pld_beyond_its_limit_of_distinct_mechanisms_and_says_so(tmp_path, monkeypatch, capsys):
-    import privehr.io.privacy_ledger as io_ledger
+    import privehr.io.ledger as io_ledger
     from privehr.cli import main
 
     ledger = Ledger(tmp_path / "ledger.jsonl")
@@ -184,7 +184,7 @@ def test_a_runs_plan_added_to_the_composed_past_equals_composing_everything_agai
 
 
 def test_entries_under_an_older_default_id_count_for_every_source_and_a_cut_or_voided_snapshot_is_handled(tmp_path):
-    from privehr.io.privacy_ledger import source_entries
+    from privehr.io.ledger import source_entries
 
     ledger = Ledger(tmp_path / "ledger.jsonl")
     old = "subjects-hmac:" + "ab" * 32  # a delivery's id before sources existed

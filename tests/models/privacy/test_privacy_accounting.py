@@ -152,6 +152,6 @@ def test_the_orders_and_the_conversion_are_opacus_own_without_importing_it_for_a
     noisy = rng.uniform(0, 5, len(RDP_ORDERS))
     assert privacy_spent(RDP_ORDERS, noisy, 1e-5) == opacus_rdp.get_privacy_spent(orders=RDP_ORDERS, rdp=noisy,
                                                                                   delta=1e-5)
-    loaded = subprocess.run([sys.executable, "-c", "import sys, privehr.cli.privacy, privehr.io.privacy_ledger; "
+    loaded = subprocess.run([sys.executable, "-c", "import sys, privehr.cli.privacy, privehr.io.ledger; "
                              "print('torch' in sys.modules)"], capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "False"
