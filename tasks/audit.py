@@ -72,27 +72,30 @@ def audit_ledger(config: AuditConfig) -> Path:
     return Path(config.privacy.ledger_path)
 
 
-def _dataset(config: AuditConfig) -> str:
+def _audited(config: AuditConfig, ledger: Ledger) -> tuple[str, str | None]:
+    """The audited run's source label and membership snapshot, as its releases in the ledger cite them: the audit's
+    shadows train on that run's training stays, so it is charged to those patients (every patient of the ledger where
+    the run's releases cite none)."""
+    run_id = ledger_run(config.run_dir)
+    mine = [e for e in ledger.read() if e.run_id == run_id]
+    cited = next((e for e in mine if e.members), None)
+    if cited is not None:
+        return config.privacy.dataset_id or cited.dataset, cited.members
     if config.privacy.dataset_id:
-        return config.privacy.dataset_id
+        return config.privacy.dataset_id, None
     run = PipelineConfig.model_validate_json(RunLayout(config.run_dir).config.read_text())
-    if run.privacy.dataset_id:  # the audited run's source: the audit is charged where its releases were
-        return run.privacy.dataset_id
-    if not Path(run.data.hdf5_path).exists():
-        raise InputError(f"the audited run's input {run.data.hdf5_path} is not here, so its dataset cannot be "
-                         "identified for the privacy ledger; pass it, or set privacy.dataset_id")
-    privacy = config.privacy.model_copy(update={"ledger_path": audit_ledger(config)})  # that ledger's key
-    return pipeline_dataset_id(run.model_copy(update={"privacy": privacy}))
+    return (mine[0].dataset if mine else pipeline_dataset_id(run)), None
 
 
 @task(name="plan-audit")
 def plan_audit(config: AuditConfig) -> tuple[str, str]:
     """Reserve the audit in the ledger and draw the shadows' membership matrix; return the audit's private
     working directory and the reservation."""
-    privacy = config.privacy
-    reservations, _, _ = reserve(Ledger(audit_ledger(config)), _dataset(config), ledger_run(config.run_dir) + "/audit",
+    privacy, ledger = config.privacy, Ledger(audit_ledger(config))
+    dataset, members = _audited(config, ledger)  # held to the ledger's budget, whatever the audit's settings say
+    reservations, _, _ = reserve(ledger, dataset, ledger_run(config.run_dir) + "/audit",
                                  {AUDIT: LedgerEntry("", "", "non_private", what=AUDIT)}, privacy.budget_epsilon,
-                                 privacy.delta, False, AUDIT)
+                                 privacy.delta, False, AUDIT, members=members)
     _, y, _ = _population(config)
     work = RunLayout(config.run_dir).audit_work
     work.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ from privehr.core.run_layout import RunLayout
 from privehr.core.errors import InputError
 from privehr.core.specs import load_mimic_spec
 from privehr.io.mimic_extract import read_patients, read_window
-from privehr.tasks.run_logging import run_logger
+from privehr.tasks.run_logging import exact, run_logger
 from privehr.io.validation import EXCLUDED_STAYS
 
 __all__ = ["build_cohort", "load_cohort"]
@@ -57,7 +57,8 @@ def build_cohort(hdf5_path: str, run_dir: str, window_hours: int = 24, gap_hours
                "missing_hour_rows": int(window.missing_rows), "values_masked_beyond_outlier": masked,
                "missing_fraction_means": float(np.isnan(window.mean).mean()) if window.mean.size else None}
     RunLayout(run_dir).cohort_summary.write_text(json.dumps(summary, indent=2))
-    run_logger().info("cohort: %d stays kept, excluded %s", summary["stays"], cohort.exclusions)
+    run_logger().info("cohort: %s stays kept, excluded %s", exact(summary["stays"]),
+                      {k: exact(v) for k, v in cohort.exclusions.items()})
     return str(out)
 
 

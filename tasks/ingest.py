@@ -8,7 +8,7 @@ from prefect import task
 
 from privehr.core.run_layout import RunLayout
 from privehr.io.mimic_extract import inspect_extract, sha256_file
-from privehr.tasks.run_logging import run_logger
+from privehr.tasks.run_logging import exact, run_logger
 
 __all__ = ["ingest_extract"]
 
@@ -21,6 +21,6 @@ def ingest_extract(hdf5_path: str, run_dir: str, window_hours: int = 24, gap_hou
     summary["sha256"] = sha256_file(hdf5_path)
     out = RunLayout(run_dir).ingest
     out.write_text(json.dumps(summary, indent=2))
-    run_logger().info("ingest: %d stays, %d variables, %d hourly rows", summary["stays"],
-                      summary["variables"], summary["hourly_rows"])
+    run_logger().info("ingest: %s stays, %d variables, %s hourly rows", exact(summary["stays"]),
+                      summary["variables"], exact(summary["hourly_rows"]))
     return str(out)

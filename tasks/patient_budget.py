@@ -1,20 +1,22 @@
 """The budget per patient, before anything is released: who takes part in this run.
 
-A pipeline run's patients are its split's subjects. Each has spent what the releases that used them cost (the
-ledger's membership snapshots; ``models/privacy/patient_accounting.py``). Under ``privacy.budget_epsilon`` a patient
-whose own spend, with the releases the run is about to make, would pass the budget is left out of them (the split is
-redone without them; the hash split keeps everyone else's split). That is a Renyi filter's rule (Feldman and Zrnic
-2021), and it holds only if the decision rests on the patient's own past and on public values, never on who else is
-in the data. So it is taken twice, each time on public plans:
+A pipeline run's patients are its split's subjects. Each has spent what every release of the ledger that used them
+cost, whatever source it names (membership snapshots; ``models/privacy/patient_accounting.py``). Under the project's
+budget (kept in the ledger; ``privacy.budget_epsilon`` only records a first one) a patient whose own spend, with the
+releases the run is about to make, would pass it is left out of them (the split is redone without them; the hash split
+keeps everyone else's split). That is the Renyi filter's rule (Feldman and Zrnic 2021), and it holds only if the
+decision rests on the patient's own past and on public values, never on who else is in the data. So it is taken
+twice, each time on public plans:
 
 * ``preprocessing``, before the record counts: the counts' epsilon and the featurizer statistics' Gaussian plan are
   fixed by the configuration (no count needed);
 * ``grid``, after the counts are released: the grid is planned on those noisy counts, a DP output (never on the exact
   number of stays, which one patient's presence would move, and with it everyone else's inclusion).
 
-A run the budget cannot hold for anyone is refused before its counts are spent: the whole run is planned on the exact
-counts once, as a refusal to start (nothing is released, and nothing is decided for any one patient by it). The count
-left out is said in the run's log; who they are stays under ``intermediate/members.json``.
+No decision reads the exact counts. A run in which every patient would pass the budget is refused: at the first stage
+before anything is spent; at the second after its counts (released within every patient's budget), with its reserved
+featurizer statistics voided. The count left out is said in the run's log (withheld where Prefect's API is not on
+this machine); who they are stays under ``intermediate/members.json``.
 """
 
 from __future__ import annotations
@@ -26,17 +28,16 @@ import numpy as np
 from prefect import task
 
 from privehr.core.config import PipelineConfig
-from privehr.core.records import RecordCounts
 from privehr.core.run_layout import RunLayout
-from privehr.io.ledger import BudgetExceeded, Ledger, short_dataset, source_entries
+from privehr.io.ledger import BudgetExceeded, Ledger, held_to, short_dataset, void_open_reservations
 from privehr.models.data.patient_split import SPLITS
 from privehr.models.methods import grid
-from privehr.models.privacy.ledger import LedgerEntry
-from privehr.models.privacy.patient_accounting import check_patient_budget, member_hashes, patient_curves
+from privehr.models.privacy.ledger import LedgerEntry, effective_entries
+from privehr.models.privacy.patient_accounting import member_hashes, patient_curves
 from privehr.tasks.record_counts import preprocessing_plan
 from privehr.tasks.release_budget import pipeline_dataset_id, plan_grid, planning_counts
-from privehr.tasks.run_directory import read_summary
-from privehr.tasks.run_logging import run_logger
+from privehr.tasks.run_directory import ledger_run
+from privehr.tasks.run_logging import exact, run_logger
 from privehr.tasks.split import load_manifest, split_cohort
 
 __all__ = ["leave_out_spent_patients", "STAGES"]
@@ -54,27 +55,26 @@ def leave_out_spent_patients(cohort_path: str, manifest_path: str, run_dir: str,
     dataset = pipeline_dataset_id(config)
     record = json.loads(run.members.read_text()) if run.members.exists() else {"left_out": [], "stages": []}
     if stage == STAGES[0]:
-        log.info("privacy budget source: %s%s", dataset, "" if config.privacy.dataset_id else
-                 " (the input's absolute path; privacy.dataset_id names a source whose path may change)")
+        log.info("privacy budget: per patient, over every release of the ledger that used them, whatever its source "
+                 "(this run's source label: %s)", dataset)
     if config.resume and stage in record["stages"]:  # the earlier attempt's decision stands (its releases cite it)
         left = record["left_out"]
         return split_cohort.fn(cohort_path, config.split, run_dir, exclude=left) if left else manifest_path
-    budget = config.privacy.budget_epsilon
+    budget = held_to(ledger, config.privacy.budget_epsilon, config.privacy.delta)
     left_out = list(record["left_out"])
     if budget is not None:
         subjects = _subjects(manifest_path)
-        planned = _planned(run_dir, config, dataset, stage)
-        over = _over_budget(config, dataset, ledger, subjects, planned)
+        over = _over_budget(config, ledger, subjects, _planned(run_dir, config, dataset, stage), budget)
         if len(over) == len(subjects):
-            raise _nobody_left(run_dir, config, dataset, ledger, subjects, planned, stage)
+            if stage == "grid":  # decided on the released counts: the statistics reserved with them are not made
+                void_open_reservations(ledger.path, ledger_run(run_dir), "every patient would pass the budget")
+            raise _nobody_left(dataset, budget, stage)
         if over:
             left_out += over
             manifest_path = split_cohort.fn(cohort_path, config.split, run_dir, exclude=left_out)
-            log.warning("privacy budget per patient: %d patient(s) left out of this run before its %s releases "
-                        "(their budget of epsilon %g is spent); %d go on", len(over), stage, budget,
-                        len(_subjects(manifest_path)))
-        if stage == STAGES[0]:
-            _the_run_fits_someone(run_dir, config, dataset, ledger, _subjects(manifest_path))
+            log.warning("privacy budget per patient: %s patient(s) left out of this run before its %s releases "
+                        "(their budget of epsilon %g is spent); %s go on", exact(len(over)), stage, budget.epsilon,
+                        exact(len(_subjects(manifest_path))))
     run.members.write_text(json.dumps({"left_out": sorted(map(_plain, left_out)),
                                        "stages": sorted(set(record["stages"]) | {stage})}))
     return manifest_path
@@ -103,49 +103,25 @@ def _planned(run_dir: str, config: PipelineConfig, dataset: str, stage: Stage) -
                                              counts).values()], dataset)
 
 
-def _hashes(ledger: Ledger, subjects: list) -> np.ndarray:
+def _over_budget(config, ledger: Ledger, subjects: list, planned: list[LedgerEntry], budget) -> list:
+    """The subjects whose own spend over every release of the ledger, with ``planned`` (public plans), would pass the
+    budget (each curve computed anew: admission never reads the accounting store)."""
     key = ledger.key()
-    return np.array([member_hashes([s], key)[0] for s in subjects], dtype=np.uint64)
-
-
-def _past(config, dataset, ledger, hashes):
-    existing = source_entries(ledger.read(), dataset)
+    hashes = np.array([member_hashes([s], key)[0] for s in subjects], dtype=np.uint64)
+    existing = effective_entries(ledger.read())
     snapshots = ledger.members({e.members for e in existing if e.members})
-    return existing, snapshots, patient_curves(existing, snapshots, config.privacy.delta, patients=np.unique(hashes))
-
-
-def _over_budget(config, dataset, ledger, subjects, planned) -> list:
-    """The subjects whose own spend, with ``planned`` (public plans), would pass the budget."""
-    hashes = _hashes(ledger, subjects)
-    _, _, past = _past(config, dataset, ledger, hashes)
-    over = set(past.plus(planned).over(config.privacy.budget_epsilon).tolist())
+    past = patient_curves(existing, snapshots, config.privacy.delta, patients=np.unique(hashes), fresh=True,
+                          budget=budget)
+    over = set(past.plus(planned).over(budget.epsilon).tolist())
     return [s for s, h in zip(subjects, hashes.tolist()) if h in over]
 
 
-def _the_run_fits_someone(run_dir, config, dataset, ledger, subjects) -> None:
-    """A run the budget cannot hold for any of its patients is refused before its counts are spent: planned once on
-    the exact counts (a refusal to start, seen by the operator who holds the data; it decides nothing for any one
-    patient, and nothing is released)."""
-    exact = RecordCounts(source="public", stays={s: read_summary(run_dir, "split_summary").stays(s) for s in SPLITS},
-                         epsilon=None, release=None)
-    whole = _entries([e for e, _ in preprocessing_plan(run_dir, config).values()]
-                     + [e for e, _ in plan_grid(run_dir, grid(config.training, config.labels), config,
-                                                exact).values()], dataset)
-    if len(_over_budget(config, dataset, ledger, subjects, whole)) == len(subjects):
-        raise _nobody_left(run_dir, config, dataset, ledger, subjects, whole, "whole")
-
-
-def _nobody_left(run_dir, config, dataset, ledger, subjects, planned, stage) -> BudgetExceeded:
-    hashes = _hashes(ledger, subjects)
-    existing, snapshots, _ = _past(config, dataset, ledger, hashes)
-    verdict = check_patient_budget(existing, planned, {**snapshots, "this run": np.unique(hashes)},
-                                   np.unique(hashes), config.privacy.budget_epsilon, config.privacy.delta)
+def _nobody_left(dataset: str, budget, stage: Stage) -> BudgetExceeded:
     spent = ("Nothing was spent, reserved or trained." if stage != "grid" else
-             "What it released before this check (its record counts) is in the ledger, its reserved featurizer "
-             "statistics count until a resumed run voids them, and nothing was trained.")
-    what = {"whole": "its record counts, statistics and grid together", "preprocessing": "its record counts and "
-            "statistics", "grid": "its grid"}[stage]
-    return BudgetExceeded(f"privacy budget exceeded for dataset {short_dataset(dataset)}: {verdict.reason}, for this "
-                          f"run's {len(planned)} release(s) ({what}): every one of its {len(subjects)} patient(s) "
-                          f"would pass it, so no one is left to train on. {spent} Fewer budgets, seeds or grid "
-                          "cells, new patients, or a budget decision by the data custodian are the ways on.", verdict)
+             "Its record counts are in the ledger (released within every patient's budget), its reserved featurizer "
+             "statistics were voided, and nothing was trained.")
+    what = {"preprocessing": "its record counts and statistics", "grid": "its grid"}[stage]
+    return BudgetExceeded(f"privacy budget exceeded for dataset {short_dataset(dataset)}: every patient of this "
+                          f"delivery would pass the budget of epsilon {budget.epsilon:g} with {what}, so no one is "
+                          f"left to train on. {spent} Fewer budgets, seeds or grid cells, new patients, or a budget "
+                          "decision by the data custodian are the ways on.", None)

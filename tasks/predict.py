@@ -21,7 +21,9 @@ import pandas as pd
 import torch
 from prefect import task
 
+from privehr.core.config import SignerTrust
 from privehr.core.errors import InputError
+from privehr.io.bundle_signature import trusted_signer
 from privehr.io.mimic_extract import check_extract, read_window, sha256_file
 from privehr.io.permissions import private_file, private_umask
 from privehr.io.release_bundle import MANIFEST, Bundle, calibration_text, read_bundle
@@ -88,7 +90,7 @@ def apply_bundle(bundle: Bundle, mean: np.ndarray, count: np.ndarray, models: li
     return _risks(load_models(bundle, models, device), bundle.featurizer, mean, count, device)
 
 
-def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | Path,
+def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | Path, *, trust: SignerTrust,
                 models: list[str] | None = None, chunk_rows: int = 32768, chunk_stays: int = 4096,
                 out_format: str = "csv", recalibrate: bool = False) -> dict:
     """Score every stay of a MIMIC-Extract file with at least the window's hours, ``chunk_stays`` stays at a time;
@@ -98,11 +100,14 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     model in the MEDS prediction schema, and ``not_scored.csv`` with each unscored stay's reason). ``recalibrate``:
     also each model's risks through the logistic recalibration its DP evaluation released
     (``risk_recalibrated_<model>``; MEDS files then hold the recalibrated risk), for the models whose DP calibration
-    slope is informative; the summary says which."""
+    slope is informative; the summary says which. ``trust``: whom the bundle's signature must come from (a pinned
+    fingerprint, the hospital's own key, a signer trusted on first use): any other signer is refused before anything
+    is read; the summary names the signer and how it is trusted."""
     bundle = read_bundle(bundle_path)
     if bundle.featurizer is None:
         raise InputError(f"release bundle {bundle.path} holds synthetic tables (a privehr-synthesize run), no model "
                          "to score stays with; give the release/ folder of a privehr-pipeline run")
+    signer = trusted_signer(bundle.signed_by, trust)
     out_path, data_path = Path(out_path), Path(data_path)
     if out_path.resolve() == data_path.resolve():
         raise InputError(f"--out {out_path} is the input file; name another file for the scores")
@@ -160,7 +165,8 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     scored = scored_total
     return {"bundle": str(bundle.path), "data": str(data_path), "out": str(out_path), "stays": int(len(stays)),
             "scored": scored, "not_scored": int(len(stays)) - scored, "in_cohort": int(stays["in_cohort"].sum()),
-            "models": sorted(loaded), "guarantee": bundle.manifest["guarantee"],
+            "models": sorted(loaded), "guarantee": bundle.manifest["guarantee"], "signed_by": bundle.signed_by,
+            "signer": signer,
             # how far to trust the risks: each model's DP calibration on its run's test split, as its card says
             "calibration": {c: calibration_text(e) or None for c, e in evaluations.items()},
             "recalibrated": sorted(c for c, r in recalibrations.items() if r),

@@ -33,7 +33,7 @@ from privehr.core.strict_json import strict_dumps
 from privehr.tasks.compute import share_cores
 from privehr.io.ledger import Ledger, record_release
 from privehr.tasks.release_budget import check_delta, reserve_planned
-from privehr.tasks.run_logging import run_logger
+from privehr.tasks.run_logging import exact, run_logger
 from privehr.models.synthesis.flow_synthesizers import density_hyperparameters
 
 __all__ = ["inference_likelihood", "prepare_records", "check_inference_budget", "exact_posterior", "fit_posterior",
@@ -102,7 +102,7 @@ def prepare_records(run_dir: str, config: InferenceConfig) -> int:
                 raise InputError(f"{err}; pass data_path with the records") from None
         torch.save(records, out)
     n = len(torch.load(out, weights_only=True))
-    run_logger().info("records: %d subject(s), model %s", n, config.model)
+    run_logger().info("records: %s subject(s), model %s", exact(n), config.model)
     return n
 
 

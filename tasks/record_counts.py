@@ -29,7 +29,7 @@ from privehr.models.privacy.ledger import LedgerEntry
 from privehr.models.privacy.noisy_count import noisy_count
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import GaussianPlan, Reserved
-from privehr.tasks.release_budget import check_delta, pipeline_dataset_id, reserve_planned, run_members
+from privehr.tasks.release_budget import pipeline_dataset_id, reserve_planned, run_members
 from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
 
@@ -59,12 +59,10 @@ def preprocessing_plan(run_dir: str, config: PipelineConfig) -> dict[str, tuple[
 def check_preprocessing_budget(run_dir: str, config: PipelineConfig) -> dict[str, Reserved]:
     """Reserve the record counts (``release.record_count: dp``) and the featurizer's DP statistics
     (``release.featurizer: dp``), citing the run's membership snapshot; raise if the budget would be exceeded (the
-    patient-budget task has already left out every patient the whole run would take past it, planned on the exact
-    counts, so a refusal here is rare and spends nothing). Returns what it reserved by key."""
-    # a delta of 1/n or more is refused before anything is spent: checked here on the exact training stays (a
-    # refusal to start, seen by the operator who holds the data; nothing leaves the hospital), and again on the
+    patient-budget task has already left out every patient these two releases would take past it, so a refusal here
+    is rare and spends nothing). Returns what it reserved by key."""
+    # no decision here reads the exact counts (one patient would move it): a delta of 1/n or more is refused on the
     # released counts the plans are built from (check_privacy_budget)
-    check_delta(config.privacy.delta, read_summary(run_dir, "split_summary").stays("train"))
     planned = preprocessing_plan(run_dir, config)
     if not planned:
         return {}

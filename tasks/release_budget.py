@@ -15,6 +15,8 @@ trained. A refusal raises before anything is reserved or trained.
 from __future__ import annotations
 
 import json
+import math
+import os
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -62,15 +64,16 @@ def planning_counts(run_dir: str, config: PipelineConfig):
 
 
 def source_id(dataset_id: str | None, path) -> str:
-    """Whose budget it is: the steward's ``privacy.dataset_id`` (the deployments set one), else the input's resolved
-    path. A source is a database that grows: each delivery's patients are accounted one by one (membership
-    snapshots), so a delivery with one patient more is the same source, and a patient admitted today starts from
-    zero.
+    """The source label of a run's releases: the steward's ``privacy.dataset_id`` (the deployments set one), else the
+    input's absolute path, ``..`` folded. A label, not a budget: each patient is accounted over every release that used
+    them (membership snapshots), whatever source, copy, path or symlink it came through.
 
-    >>> source_id("mimic-nightly", "x.h5"), source_id(None, "/data/x.h5")
+    >>> source_id("mimic-nightly", "x.h5"), source_id(None, "/data/../data/x.h5")
     ('mimic-nightly', 'path:/data/x.h5')
     """
-    return dataset_id or f"path:{Path(path).absolute()}"  # not resolve(): a DVC symlink's target changes nightly
+    # not resolve(): a DVC symlink's target changes nightly. A label only: whatever the source, a patient's spend
+    # composes every release that used them (models/privacy/patient_accounting.py)
+    return dataset_id or f"path:{os.path.normpath(Path(path).absolute())}"
 
 
 def pipeline_dataset_id(config: PipelineConfig) -> str:
@@ -105,23 +108,29 @@ def synthesis_members(run_dir: str, config: SynthesisConfig) -> str | None:
 
 def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry], voided: int, what: str,
              refused: bool = False, out=None) -> dict:
-    before, after = verdict.before, verdict.after
     labels = dict(Counter(GUARANTEES[e.guarantee] for e in planned.values()))
-    summary = {"dataset": dataset, "what": what, "refused": refused, "existing_releases": before.releases,
-               "pending_reservations_before": before.pending, "voided_reservations": voided,
+    budget = verdict.budget
+    summary = {"dataset": dataset, "what": what, "refused": refused, "voided_reservations": voided,
                "planned": len(planned), "planned_by_guarantee": labels,
                "planned_dp_releases": labels.get(GUARANTEES["dp"], 0),
-               # the Renyi filter's totals: what the budget binds on (models/privacy/ledger.py says why); the ledger
-               # view (`privehr privacy ledger`) and the run's report give PRV and PLD beside it
-               "binding_accountant": "rdp_filter",
-               "dp_before_run": before.dp, "epsilon_dp_before_run": before.epsilon_dp_rdp,
-               "dp_after_run": after.dp, "epsilon_dp_after_run": after.epsilon_dp_rdp,
-               "not_dp_after_run": after.not_dp, "delta": after.delta, "budget_epsilon": verdict.budget_epsilon}
+               # the most spent of the run's patients, over every release of the ledger that used them: by the Renyi
+               # filter at the budget's order (what a budget binds on; models/privacy/rdp_filter.py), or without a
+               # budget RDP at the minimum over orders. The ledger view gives PRV and PLD beside it
+               "binding_accountant": f"renyi_filter_order_{budget.order:g}" if budget else "rdp_min_over_orders",
+               "dp_before_run": math.isfinite(verdict.before), "epsilon_dp_before_run": _finite(verdict.before),
+               "dp_after_run": math.isfinite(verdict.after), "epsilon_dp_after_run": _finite(verdict.after),
+               "delta": verdict.delta, "budget_epsilon": verdict.budget_epsilon}
     (out or RunLayout(run_dir).privacy_budget).write_text(strict_dumps(summary, indent=2))
     if not refused:
-        run_logger().info("privacy budget: %d planned %s reserved (%d voided); dataset after the run: %s",
-                          len(planned), what, voided, after.guarantee)
+        after = (f"DP, epsilon {verdict.after:.4g} at delta {verdict.delta:.2g}" if math.isfinite(verdict.after)
+                 else "not DP")
+        run_logger().info("privacy budget: %d planned %s reserved (%d voided); the most spent of its patients after "
+                          "the run: %s", len(planned), what, voided, after)
     return summary
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def reserve_planned(run_dir: str, dataset: str, config, planned: dict[str, LedgerEntry], what: str,

@@ -213,9 +213,10 @@ def ledger_lines(run_dir: Path, privacy: PrivacyConfig) -> tuple[str, dict | Non
         return "", None
     b = json.loads(path.read_text())
     ledger = Ledger(privacy.ledger_path)
-    entries = [e for e in ledger.read() if e.dataset == b["dataset"]]
-    total = compose_entries(entries, privacy.delta)
-    total.patients = source_patients(ledger, entries, privacy.delta, privacy.budget_epsilon, accountants=False)
+    state = ledger.state()
+    total = compose_entries([e for e in state.entries if e.dataset == b["dataset"]], privacy.delta)
+    total.patients = source_patients(ledger, state.entries, b["dataset"], privacy.delta, state.budget,
+                                     accountants=False)
     status = (f"DP: epsilon {total.epsilon_dp:.4g} at delta {total.delta:.2g}" if total.dp else
               f"NOT DP ({total.why_not_dp})")
     text = (f"Privacy ledger: dataset {short_dataset(b['dataset'])}, {total.releases} release(s) recorded"
@@ -228,11 +229,14 @@ def ledger_lines(run_dir: Path, privacy: PrivacyConfig) -> tuple[str, dict | Non
 
 
 def _per_patient(p: dict | None) -> str:
-    """The source's spend per patient (what a budget binds on), where its releases cite membership snapshots."""
+    """The source's patients' spend, each over every release of the ledger that used them (what a budget binds on),
+    where its releases cite membership snapshots."""
     if not p:
         return ""
     reached = "" if p["reached_budget"] is None else f"; {p['reached_budget']} reached the budget"
-    return (f" Per patient, by the Renyi filter (what a budget binds on): median {_eps(p['median'])}, maximum "
+    how = ("by the Renyi filter at order " + p["accountant"].rsplit("_", 1)[-1] + " (what the budget binds on)"
+           if p["accountant"].startswith("renyi") else "by RDP (no budget set)")
+    return (f" Per patient, over every source's releases, {how}: median {_eps(p['median'])}, maximum "
             f"{_eps(p['max'])} over {p['patients']} patient(s){reached}.")
 
 

@@ -23,7 +23,7 @@ from privehr.core.run_layout import RunLayout  # noqa: E402
 from privehr.core.config import RUN_ID_PATTERN, PipelineConfig
 from privehr.core.errors import InputError
 from privehr.io.ledger import Ledger
-from privehr.tasks.run_logging import run_logger
+from privehr.tasks.run_logging import run_logger, warn_if_logs_leave
 
 __all__ = ["create_run_directory", "new_run_id", "run_lock", "ledger_run"]
 
@@ -62,6 +62,7 @@ def create_run_directory(config: PipelineConfig | BaseModel) -> str:
 
     ``config`` is any run configuration with ``run_id`` and ``artifacts_dir`` (and optionally ``resume``
     and ``privacy``, whose ledger is proven writable here, before any private record is read)."""
+    warn_if_logs_leave()
     run_id = config.run_id or new_run_id()
     run_dir = Path(config.artifacts_dir) / run_id
     if not re.fullmatch(RUN_ID_PATTERN, run_id) or run_dir.resolve().parent != Path(config.artifacts_dir).resolve():

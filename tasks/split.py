@@ -16,7 +16,7 @@ from privehr.core.run_layout import RunLayout
 from privehr.core.config import SplitConfig
 from privehr.core.errors import InputError
 from privehr.tasks.cohort import load_cohort
-from privehr.tasks.run_logging import run_logger
+from privehr.tasks.run_logging import exact, run_logger
 
 __all__ = ["split_cohort", "load_manifest", "check_labels"]
 
@@ -60,7 +60,7 @@ def split_cohort(cohort_path: str, config: SplitConfig, run_dir: str, exclude: l
     summary = {k: v for k, v in manifest.items() if k not in ("subjects", "icustay_ids")}
     summary["manifest_sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()
     RunLayout(run_dir).split_summary.write_text(json.dumps(summary, indent=1))
-    run_logger().info("split: %s", {s: manifest["counts"][s]["stays"] for s in SPLITS})
+    run_logger().info("split: %s", {s: exact(manifest["counts"][s]["stays"]) for s in SPLITS})
     return str(out)
 
 

@@ -13,7 +13,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 
 from privehr.core.specs import load_ehr_spec, load_mimic_spec
 from privehr.io.pages import page_url
-from privehr.tasks.run_logging import in_prefect_run, run_logger
+from privehr.tasks.run_logging import exact, in_prefect_run, run_logger
 from privehr.io.validation import ValidationFailed, failure_message, output_dirs, validate_ehr, validate_extract
 
 __all__ = ["validate_delivery", "summary_markdown", "is_hdf5"]
@@ -74,9 +74,9 @@ def validate_delivery(path: str, run_dir: str, ehr_spec: str = "harrod_ehr", mim
         summary, _ = validate_ehr(path, run_dir, spec)
     _publish(summary, run_dir, pages_url)
     quarantined = sum(c["rows"] for c in summary["quarantine"].values())
-    run_logger().info("validate %s: %d expectations, %d critical and %d warning failures, %d quarantined rows",
+    run_logger().info("validate %s: %d expectations, %d critical and %d warning failures, %s quarantined rows",
                       Path(path).name, summary["expectations"], len(summary["failed_critical"]),
-                      len(summary["failed_warning"]), quarantined)
+                      len(summary["failed_warning"]), exact(quarantined))
     if not summary["passed"] and stop_on_critical:
         raise ValidationFailed(failure_message(summary))
     return str(output_dirs(run_dir, path)[0] / "validation.json")

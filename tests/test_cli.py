@@ -72,7 +72,8 @@ def test_privacy_ledger_command_shows_not_dp_and_the_dp_only_total_in_strict_jso
     assert dataset["epsilon_dp_pld"] <= dataset["epsilon_dp_rdp"]
     assert main(["privacy", "ledger", "--ledger", str(ledger)]) == 0
     out = capsys.readouterr().out
-    assert "total guarantee: NOT DP" in out and "1 release(s) not DP (non-private)" in out
+    assert "as if every release of this source had used every patient: NOT DP" in out
+    assert "1 release(s) not DP (non-private)" in out
     assert "DP releases alone (DP-only total): epsilon" in out and "no proven guarantee" in out
 
 

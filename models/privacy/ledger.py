@@ -14,7 +14,7 @@ The ledger is a list of entries per dataset. An entry is one of:
 What counts is every release plus every reservation not yet settled: a crash between the budget
 check and the end of a run leaves the reserved spend counted.
 
-Composition of what counts (one dataset, at the ledger's delta):
+Composition of what counts (one source, or one patient's releases, at the ledger's delta):
 
 * DP-SGD entries (Poisson-subsampled Gaussian: DP-SGD classifiers, DP-SGD search trials, DP-NF
   flows) and Gaussian entries (one Gaussian mechanism on the whole data: a release's featurizer
@@ -22,14 +22,10 @@ Composition of what counts (one dataset, at the ledger's delta):
   heterogeneous history by PRV (claimed), RDP and PLD;
 * other (epsilon, delta)-DP entries compose by basic composition (Dwork and Roth, Theorem 3.16);
 * the DP total adds the two; its delta is the ledger's delta plus the other entries' deltas;
-* a **budget binds on the Renyi filter**: RDP's epsilon of the Gaussian history plus the other entries' (the
-  ``epsilon_dp_rdp`` total). Releases are chosen adaptively (tomorrow's grid, its sample rates and its noise depend on
-  today's data and results), and an RDP filter stays valid when the mechanisms and their privacy parameters are chosen
-  adaptively (Feldman and Zrnic, "Individual Privacy Accounting via a Renyi Filter", NeurIPS 2021; with the
-  conversion's minimum over orders, Lecuyer, "Practical Privacy Filters and Odometers with Renyi Differential Privacy",
-  2021). PRV's and PLD's tighter numbers compose a sequence fixed in advance; they are reported beside it, never
-  used to admit a release. The filter is also what stays cheap: RDP adds up order by order, and each distinct
-  (sigma, q) is computed once and kept (``privehr/io/accounting_cache.py``);
+* RDP's total of a source (the ``epsilon_dp_rdp`` column) is the Gaussian history's RDP at the minimum over orders
+  plus the other entries' epsilons: valid for a sequence fixed in advance, as PRV's and PLD's are. A **budget binds
+  elsewhere**: per patient, across sources, on the Renyi filter at one order fixed in advance
+  (``models/privacy/rdp_filter.py`` and ``models/privacy/patient_accounting.py``);
 * a release without a proven guarantee (non-private, ExpM+NF whose eps~ is a training parameter,
   DP-SGD or DP-NF with reproducible noise) makes the dataset's total **not DP**; the DP-only total is
   still shown beside it, named as such.
@@ -47,7 +43,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from privehr.models.privacy.accounting import Composition, compose_history, rdp_epsilon, recompose_history
 
-__all__ = ["LedgerEntry", "LedgerTotal", "BudgetVerdict", "compose_entries", "check_budget", "MECHANISMS",
+__all__ = ["LedgerEntry", "LedgerTotal", "compose_entries", "MECHANISMS",
            "GAUSSIAN_MECHANISMS",
            "GUARANTEES", "STATUSES", "effective_entries", "dataset_id_of", "CHAIN_FIELDS", "chain_start", "chain_tag",
            "head_tag", "guarantee_label", "WEAK"]
@@ -193,9 +189,7 @@ def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5, fresh: bool
     ``filter_only`` computes the Renyi filter alone (what a budget binds on; PRV and PLD are then None and the
     claimed total is the filter's); ``max_distinct``: PRV and PLD only for at most that many distinct mechanisms, or
     where their composition is stored (:func:`~privehr.models.privacy.accounting.compose_history`)."""
-    datasets = {e.dataset for e in entries}
-    if len(datasets) > 1:
-        raise ValueError("compose one dataset at a time")
+    datasets = {e.dataset for e in entries}  # one source's, or (a patient's releases) several
     counted = effective_entries(entries)
     dp = [e for e in counted if e.guarantee == "dp"]
     steps: Counter = Counter()
@@ -216,7 +210,7 @@ def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5, fresh: bool
     counts = dict(Counter(e.mechanism for e in counted))
     epsilon_dp = c.claimed + eps_other
     return LedgerTotal(
-        dataset=next(iter(datasets), ""), releases=sum(e.status == "released" for e in counted),
+        dataset=next(iter(datasets)) if len(datasets) == 1 else "", releases=sum(e.status == "released" for e in counted),
         pending=sum(e.status == "reserved" for e in counted),
         delta=(delta if history else 0.0) + delta_other, dp=not not_dp,
         epsilon=None if not_dp else epsilon_dp, epsilon_dp=epsilon_dp,
@@ -225,41 +219,6 @@ def compose_entries(entries: list[LedgerEntry], delta: float = 1e-5, fresh: bool
         epsilon_other_basic=eps_other, delta_other=delta_other, counts=counts, not_dp=not_dp,
         unproven_epsilon_tilde=[e.epsilon for e in counted if e.mechanism == "expm_nf"],
         distinct_mechanisms=len(history))
-
-
-@dataclass(frozen=True)
-class BudgetVerdict:
-    """A budget check: the dataset before and after the planned entries, and whether it is refused."""
-
-    before: LedgerTotal
-    after: LedgerTotal
-    budget_epsilon: float | None
-    refused: bool
-    reason: str
-
-
-def check_budget(existing: list[LedgerEntry], planned: list[LedgerEntry], budget_epsilon: float | None,
-                 delta: float) -> BudgetVerdict:
-    """Compose ``existing + planned`` by the Renyi filter; refuse when a budget is set and the dataset would be not DP
-    or above it (the filter binds: see the module docstring). ``before`` and ``after`` hold the filter's totals
-    (``epsilon_dp`` is the filter's there); PRV and PLD are the ledger view's, composed where they are shown.
-
-    Every kind of entry counts: a non-private, ExpM+NF or reproducible-noise entry has no finite
-    epsilon, so under a budget it is refused like any release that would exceed it.
-    """
-    before = compose_entries(existing, delta, filter_only=True)
-    after = compose_entries(existing + planned, delta, filter_only=True)
-    if budget_epsilon is None:
-        return BudgetVerdict(before, after, None, False, "no budget set")
-    if not after.dp:
-        return BudgetVerdict(before, after, budget_epsilon, True,
-                             f"releases without a DP guarantee have no finite epsilon to fit a budget ({after.why_not_dp})")
-    if after.epsilon_dp_rdp > budget_epsilon:
-        return BudgetVerdict(before, after, budget_epsilon, True,
-                             f"its DP epsilon by the Renyi filter (what a budget binds on) would rise from "
-                             f"{before.epsilon_dp_rdp:.4g} to {after.epsilon_dp_rdp:.4g} (delta {after.delta:.2g}), "
-                             f"above the budget {budget_epsilon:g}")
-    return BudgetVerdict(before, after, budget_epsilon, False, "within the budget")
 
 
 # The ledger's hash chain (Crosby and Wallach 2009, "Efficient Data Structures for Tamper-Evident Logging"; the

@@ -64,8 +64,8 @@ def config_from(args) -> PipelineConfig:
 def add_release_run_options(parser: argparse.ArgumentParser, resumed: str) -> None:
     """Options of every command whose run makes DP releases: delta, budget, resume, device and where it goes."""
     parser.add_argument("--delta", type=float, help="delta of every (epsilon, delta) statement (default 1e-5)")
-    parser.add_argument("--budget-epsilon", type=float, help="refuse the run if the dataset's composed epsilon "
-                                                             "would exceed this (nothing is trained)")
+    parser.add_argument("--budget-epsilon", type=float, help="the per-patient budget this run expects (the ledger's "
+                                                             "binds; a ledger without one records it)")
     parser.add_argument("--resume", action="store_true", help=f"continue --run-id: {resumed}")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--run-id")

@@ -31,6 +31,20 @@ def add_privacy_parser(sub, common: argparse.ArgumentParser) -> None:
                         "privehr's unchained lines, or an empty ledger whose key has no head); says what it chained. "
                         "Check the lines first: they are trusted as they stand")
     ledger.set_defaults(func=privacy_ledger)
+    budget = privacy_sub.add_parser("budget", parents=[common], help="the project's per-patient budget, kept in the "
+                                    "ledger (every release's check reads it); --set changes it (the steward's act)")
+    budget.add_argument("--ledger", type=Path, help="ledger file (default: privacy.ledger_path of the config)")
+    budget.add_argument("--config", type=Path)
+    budget.add_argument("--set", type=float, metavar="EPSILON", help="set the per-patient budget: a first one, or a "
+                        "lower one; a higher one needs --raise --reason")
+    budget.add_argument("--delta", type=float, help="the ledger's delta, with its first budget (default: the delta its "
+                                                    "releases were made at, else 1e-5)")
+    budget.add_argument("--order", type=float, help="the Renyi filter's order, with the first budget (default: chosen "
+                                                    "from epsilon and delta alone)")
+    budget.add_argument("--raise", dest="raise_", action="store_true", help="allow a higher budget than the ledger's "
+                        "(recorded with --reason; every patient left out is let back in)")
+    budget.add_argument("--reason", default="", help="why, recorded in the ledger with the setting")
+    budget.set_defaults(func=privacy_budget)
     convert = privacy_sub.add_parser("convert", parents=[common], help="sigma <-> mu-GDP <-> (epsilon, delta) for "
                                      "T Poisson-subsampled Gaussian steps")
     given = convert.add_mutually_exclusive_group(required=True)
@@ -47,7 +61,7 @@ def add_privacy_parser(sub, common: argparse.ArgumentParser) -> None:
 
 def privacy_ledger(args) -> int:
     # deferred for start-up time (torch, opacus)
-    from privehr.io.ledger import VIEW_MAX_DISTINCT, ledger_totals, short_dataset
+    from privehr.io.ledger import VIEW_MAX_DISTINCT, Ledger, ledger_delta, ledger_totals, short_dataset, source_patients
 
     config = config_from(args)
     path = args.ledger or config.privacy.ledger_path
@@ -55,46 +69,84 @@ def privacy_ledger(args) -> int:
         return verify_command(args, path)
     if args.migrate:
         return migrate_command(args, path)
-    delta = args.delta if args.delta is not None else config.privacy.delta
-    budget = args.budget if args.budget is not None else config.privacy.budget_epsilon
-    totals = ledger_totals(path, delta, budget_epsilon=budget,
-                           max_distinct=None if args.all_accountants else VIEW_MAX_DISTINCT)
-    payload = {"ledger": str(path), "delta": delta, "budget_epsilon": budget,
-               "datasets": [t.as_dict() for t in totals]}
+    ledger = Ledger(path)
+    state = ledger.state()
+    delta = args.delta if args.delta is not None else ledger_delta(state.entries, state.budget) or config.privacy.delta
+    setting = state.budget
+    budget = args.budget if args.budget is not None else setting and setting.epsilon
+    limit = None if args.all_accountants else VIEW_MAX_DISTINCT
+    everyone = source_patients(ledger, state.entries, None, delta, setting, budget, max_distinct=limit)
+    totals = ledger_totals(path, delta, budget_epsilon=budget, max_distinct=limit)
+    payload = {"ledger": str(path), "delta": delta, "budget": setting and setting.as_dict(), "budget_epsilon": budget,
+               "patients": everyone, "datasets": [t.as_dict() for t in totals]}
     fmt = lambda v: "n/a" if v is None else f"{v:.4g}"  # noqa: E731
-    lines = [f"privacy ledger {path}: {len(totals)} dataset(s)"]
+    lines = [f"privacy ledger {path}: {len(totals)} source(s); "
+             + (f"per-patient budget epsilon {setting.epsilon:g} at delta {setting.delta:g}, bound by the Renyi filter "
+                f"at order {setting.order:g}" if setting else "no per-patient budget set")]
+    if everyone:
+        lines += ["  every patient, over every release that used them whatever its source: "
+                  + _patients_line(everyone, budget, fmt, args.all_accountants)]
     for t in totals:
         weak = (f" (weak: above privacy.epsilon_ceiling {config.privacy.epsilon_ceiling:g})"
                 if t.epsilon_dp > config.privacy.epsilon_ceiling else "")
         guarantee = (f"DP, epsilon {t.epsilon_dp:.4g} at delta {t.delta:.2g}{weak}" if t.dp else
                      f"NOT DP: {t.why_not_dp}")
-        lines += [f"  dataset {short_dataset(t.dataset)}: {t.releases} release(s) {t.counts}"
+        lines += [f"  source {short_dataset(t.dataset)}: {t.releases} release(s) {t.counts}"
                   + (f", {t.pending} reserved and not yet trained (counted)" if t.pending else ""),
-                  f"    total guarantee: {guarantee}",
+                  f"    as if every release of this source had used every patient: {guarantee}",
                   f"    DP releases alone (DP-only total): epsilon {t.epsilon_dp:.4g} at delta {t.delta:.2g}; "
                   f"by accountant PRV {fmt(t.epsilon_dp_prv)}, RDP {fmt(t.epsilon_dp_rdp)}, PLD {fmt(t.epsilon_dp_pld)}"
                   f" (other DP by basic composition: {t.epsilon_other_basic:.4g})"
                   + (f"; PRV and PLD not composed: {t.distinct_mechanisms} distinct mechanisms, more than "
                      f"{VIEW_MAX_DISTINCT} (--all-accountants composes them, in minutes)"
-                     if t.epsilon_dp_pld is None and t.distinct_mechanisms > VIEW_MAX_DISTINCT else ""),
-                  f"    a budget binds on the Renyi filter: epsilon {t.epsilon_dp_rdp:.4g} (releases chosen "
-                  "adaptively night after night; PRV and PLD assume a sequence fixed in advance)"]
+                     if t.epsilon_dp_pld is None and t.distinct_mechanisms > VIEW_MAX_DISTINCT else "")]
         if t.patients:
-            p = t.patients
-            reached = "" if budget is None else (f"; {p['reached_budget']} reached the budget {budget:g}, "
-                                                 f"{p['within_1pc_of_budget']} are within 1 % of it")
-            worst = p.get("most_spent", {})
-            lines += [f"    per patient ({p['patients']} patient(s), {p['snapshots']} membership snapshot(s)), by the "
-                      f"Renyi filter: median {fmt(p['median'])}, 99th percentile {fmt(p['p99'])}, maximum "
-                      f"{fmt(p['max'])}{reached}" + (f"; {p['not_dp']} not DP" if p["not_dp"] else ""),
-                      f"    the most spent patient by PRV {fmt(worst.get('epsilon_prv'))}, PLD "
-                      f"{fmt(worst.get('epsilon_pld'))}"
-                      + (" (not composed beyond the view's limit; --all-accountants)" if worst.get("epsilon_pld")
-                         is None and not args.all_accountants else "")
-                      + " (the totals above count every release for every patient)"]
+            lines.append("    its patients, over every source's releases: "
+                         + _patients_line(t.patients, budget, fmt, args.all_accountants))
         if t.unproven_epsilon_tilde:
             lines.append(f"    ExpM+NF releases (no proven guarantee; epsilon~ {t.unproven_epsilon_tilde})")
     emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def _patients_line(p: dict, budget: float | None, fmt, all_accountants: bool) -> str:
+    how = (f"the Renyi filter at order {p['accountant'].rsplit('_', 1)[-1]} (what the budget binds on)"
+           if p["accountant"].startswith("renyi") else "RDP at the best order (no budget: no filter)")
+    reached = "" if budget is None else (f"; {p['reached_budget']} reached the budget {budget:g}, "
+                                         f"{p['within_1pc_of_budget']} are within 1 % of it")
+    worst = p.get("most_spent", {})
+    return (f"{p['patients']} patient(s) in {p['snapshots']} membership snapshot(s), by {how}: median "
+            f"{fmt(p['median'])}, 99th percentile {fmt(p['p99'])}, maximum {fmt(p['max'])}{reached}"
+            + (f"; {p['not_dp']} not DP" if p["not_dp"] else "")
+            + f"; the most spent patient by PRV {fmt(worst.get('epsilon_prv'))}, PLD {fmt(worst.get('epsilon_pld'))}"
+            + (" (not composed beyond the view's limit; --all-accountants)" if worst.get("epsilon_pld") is None
+               and not all_accountants else ""))
+
+
+def privacy_budget(args) -> int:
+    """``privehr privacy budget [--set EPS]``: the project's budget as the ledger holds it, or a new setting."""
+    from privehr.io.ledger import Ledger, set_budget
+    from privehr.models.privacy.rdp_filter import rdp_budget
+
+    path = args.ledger or config_from(args).privacy.ledger_path
+    if args.set is None:
+        if args.raise_ or args.reason or args.delta is not None or args.order is not None:
+            raise InputError("--delta, --order, --raise and --reason go with --set EPSILON")
+        setting, written = (Ledger(path).budget() if Path(path).exists() else None), False
+    else:
+        if not args.set > 0:
+            raise InputError(f"--set {args.set:g}: a budget is a positive epsilon")
+        setting, written = set_budget(path, args.set, args.delta, args.order, args.raise_, args.reason)
+    if setting is None:
+        emit(args, {"ledger": str(path), "budget": None}, f"privacy ledger {path}: no per-patient budget set (runs "
+             "are not held to one); set it with `privehr privacy budget --set EPSILON`")
+        return 0
+    said = ("recorded" if written else "unchanged") if args.set is not None else "holds"
+    emit(args, {"ledger": str(path), "budget": setting.as_dict(), "written": written,
+                "rdp_budget": rdp_budget(setting.epsilon, setting.delta, setting.order)},
+         f"privacy ledger {path}: per-patient budget epsilon {setting.epsilon:g} at delta {setting.delta:g}, bound by "
+         f"the Renyi filter at order {setting.order:g} ({said}; set by {setting.set_by} {setting.created_utc})"
+         + (f"; raised from {setting.previous:g}: {setting.reason}" if setting.raised else ""))
     return 0
 
 

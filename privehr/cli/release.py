@@ -32,7 +32,9 @@ def add_release_parser(sub, common: argparse.ArgumentParser) -> None:
                                                   "signed")
     verify.add_argument("--ledger", type=Path, help="also check each release and each model file's hash against this "
                                                     "privacy ledger (inside the hospital), and the signature against "
-                                                    "the signing key beside it")
+                                                    "the signing key beside it (default for the key: the project's)")
+    verify.add_argument("--trust-on-first-use", action="store_true", help="where no signer is trusted yet (no "
+                        "fingerprint, no own key, none recorded), trust this bundle's and record it beside the ledger")
     verify.set_defaults(func=release_verify)
 
 
@@ -48,6 +50,10 @@ def add_predict_parser(sub, common: argparse.ArgumentParser) -> None:
                          help=fields["recalibrate"].description)
     predict.add_argument("--format", choices=get_args(fields["format"].annotation), default=None,
                          help=f"{fields['format'].description} (default: {fields['format'].default})")
+    predict.add_argument("--key-fingerprint", help=fields["key_fingerprint"].description)
+    predict.add_argument("--trust-on-first-use", action="store_true", default=None,
+                         help=fields["trust_on_first_use"].description)
+    predict.add_argument("--ledger", type=Path, help=fields["ledger_path"].description)
     predict.set_defaults(func=predict_command)
 
 
@@ -73,7 +79,8 @@ def release_show(args) -> int:
 
 
 def release_verify(args) -> int:
-    from privehr.io.bundle_signature import key_fingerprint
+    from privehr.core.config import SignerTrust, project_ledger
+    from privehr.io.bundle_signature import trusted_signer
     from privehr.io.ledger import read_ledger
     from privehr.io.release_bundle import verify_bundle
 
@@ -81,16 +88,20 @@ def release_verify(args) -> int:
     pinned = _pinned(args)
     if args.ledger is not None:
         _existing(args.ledger, "privacy ledger")
-        pinned = pinned or key_fingerprint(args.ledger)  # inside the hospital: its own key
     report = verify_bundle(args.bundle, read_ledger(args.ledger) if args.ledger else None, pinned)
+    signer = None
+    if report["ok"]:  # the signature holds: whose key made it, against a key known beforehand
+        try:
+            signer = trusted_signer(report["signed_by"], SignerTrust(pinned, args.ledger or project_ledger(),
+                                                                     args.trust_on_first_use))
+        except InputError as err:
+            report = report | {"ok": False, "problems": [str(err)]}
     total = report.get("total") or {}
-    key = (f"signed by the pinned key {pinned}" if pinned else f"signed by the key with fingerprint "
-           f"{report['signed_by']} (not pinned: pass --key-fingerprint with the one the hospital sent you)")
     text = (f"release bundle {args.bundle}: verified ({report['files']} files, {report['releases']} releases; "
             f"epsilon {total.get('epsilon_prv')} (PRV), {total.get('epsilon_rdp')} (RDP), {total.get('epsilon_pld')} "
-            f"(PLD) at delta {total.get('delta')}); {key}" if report["ok"] else
+            f"(PLD) at delta {total.get('delta')}); signed by {signer}" if report["ok"] else
             f"release bundle {args.bundle}: DOES NOT VERIFY\n" + "\n".join(f"  - {p}" for p in report["problems"]))
-    emit(args, {**report, "pinned": pinned}, text)
+    emit(args, {**report, "pinned": pinned, "signer": signer}, text)
     return 0 if report["ok"] else 1
 
 
@@ -98,21 +109,22 @@ def predict_command(args) -> int:
     from privehr.tasks.predict import score_stays  # deferred for start-up time (torch)
 
     _existing(args.data, "--data")
-    given = {"format": args.format, "recalibrate": args.recalibrate}
+    given = {"format": args.format, "recalibrate": args.recalibrate, "key_fingerprint": args.key_fingerprint,
+             "trust_on_first_use": args.trust_on_first_use, "ledger_path": args.ledger}
     try:
         config = ScoringConfig(bundle=args.bundle, data=args.data, out=args.out, models=args.model,
                                **{k: v for k, v in given.items() if v is not None})
     except ValueError as err:
         raise settings_error(err, "predict options") from None
-    summary = score_stays(config.bundle, config.data, config.out, config.models, config.chunk_rows,
-                          out_format=config.format, recalibrate=config.recalibrate)
+    summary = score_stays(config.bundle, config.data, config.out, trust=config.signer_trust(), models=config.models,
+                          chunk_rows=config.chunk_rows, out_format=config.format, recalibrate=config.recalibrate)
     where = "their rows say" if config.format == "csv" else "not_scored.csv says"
     short = f"; {summary['not_scored']} not scored ({where} why)" if summary["not_scored"] else ""
     calibration = [f"  {cell}: {text or 'not on its card (the bundle was made before calibration was released)'}"
                    for cell, text in summary["calibration"].items()]
     emit(args, summary, f"scored {summary['scored']} of {summary['stays']} stay(s) ({summary['in_cohort']} in the "
                         f"training cohort's definition{short}) with {', '.join(summary['models'])}; risks in "
-                        f"{summary['out']}\nbundle: {summary['guarantee']}"
+                        f"{summary['out']}\nbundle: {summary['guarantee']}; signed by {summary['signer']}"
                         + ("\ncalibration on the training run's test split (DP, from the card; a slope below 1 means "
                            "risks too extreme, an intercept below 0 risks too high):\n" + "\n".join(calibration)
                            if calibration else "")

@@ -22,19 +22,22 @@ Bernstein et al. 2012, "High-speed high-security signatures" (Ed25519), J. Crypt
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from privehr.core.config.release import SignerTrust
 from privehr.core.errors import InputError
 from privehr.io.ledger.layout import LedgerLayout, write_private
 
 __all__ = ["SIGNATURE", "SIGNATURE_FORMAT", "signing_key_path", "hospital_key", "fingerprint", "key_fingerprint",
-           "signature_record", "signature_problems", "normalise_fingerprint"]
+           "signature_record", "signature_problems", "normalise_fingerprint", "trusted_signer"]
 
 SIGNATURE = "signature.json"
 SIGNATURE_FORMAT = "privehr-bundle-signature/1"
@@ -129,3 +132,52 @@ def signature_problems(record, manifest: bytes, pinned: str | None) -> list[str]
         return [f"{SIGNATURE}: signed by key {signer}, not by the pinned key {pinned} (another key signed this "
                 "bundle: a forgery, or the hospital's key changed; ask the hospital by another channel)"]
     return []
+
+
+def trusted_signer(signer: str, trust: SignerTrust) -> str:
+    """How ``signer`` (a verified bundle's key fingerprint) is trusted under ``trust``, in words; refuse in one line
+    a signer no pin, own key or earlier trust-on-first-use vouches for (anyone can sign a bundle with a key of their
+    own: a signature proves who signed only against a key known beforehand)."""
+    if trust.pinned is not None:
+        pinned = normalise_fingerprint(trust.pinned)
+        if signer != pinned:
+            raise InputError(f"the release bundle is signed by key {signer}, not by the pinned key {pinned}: a forgery, "
+                             "or the hospital's key changed; refused. Ask the hospital by another channel.")
+        return f"the pinned key {signer}"
+    layout = LedgerLayout(trust.ledger_path)
+    own = key_fingerprint(trust.ledger_path)
+    recorded = _recorded_signers(layout.trusted_signers)
+    if signer == own:
+        return f"the hospital's own signing key {signer} ({layout.signing_key})"
+    if signer in recorded:
+        return f"key {signer}, trusted on first use {recorded[signer]} ({layout.trusted_signers})"
+    if trust.trust_on_first_use and own is None and not recorded:
+        layout.trusted_signers.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        write_private(layout.trusted_signers, (json.dumps({signer: when}, indent=1) + "\n").encode())
+        return f"key {signer}, trusted on first use now (recorded in {layout.trusted_signers})"
+    if own or recorded:
+        trusted = " or ".join(t for t in (own and "the hospital's own key", recorded and "a signer trusted on first use")
+                              if t)
+        raise InputError(f"the release bundle is signed by key {signer}, which is not {trusted}: a forgery, or the key "
+                         "changed; refused. Pass --key-fingerprint if the hospital sent you this one by "
+                         "another channel.")
+    raise InputError(f"the release bundle is signed by key {signer}, which is not pinned; refused. Pass "
+                     "--key-fingerprint with the fingerprint the hospital sent you by another channel, or, once, "
+                     "--trust-on-first-use to record this signer.")
+
+
+def _recorded_signers(path: Path) -> dict[str, str]:
+    """The signers trusted on first use ({fingerprint: when}); an unreadable or shared file is refused."""
+    if not path.exists():
+        return {}
+    if path.stat().st_mode & 0o077:
+        raise InputError(f"the trusted signers {path} may be written by others (mode "
+                         f"{path.stat().st_mode & 0o777:04o}); refused. Run `chmod 600 {path}`.")
+    try:
+        recorded = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError):
+        raise InputError(f"the trusted signers {path} is not readable JSON; restore it or remove it") from None
+    if not isinstance(recorded, dict) or not all(_HEX64.fullmatch(str(k)) for k in recorded):
+        raise InputError(f"the trusted signers {path} is not a map of key fingerprints; restore it or remove it")
+    return {str(k): str(v) for k, v in recorded.items()}

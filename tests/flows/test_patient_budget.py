@@ -1,6 +1,6 @@
 """The budget per patient across nightly deliveries of a growing database (issue 38's acceptance): a run on D, then on
-D plus new admissions at the same source; under a budget between one and two runs' spend, the second run trains on
-the new patients alone and says so; a third, with no one left, is refused with nothing spent."""
+D plus new admissions at the same source; under the steward's budget between one and two runs' spend, the second run
+trains on the new patients alone and says so; a third, with no one left, is refused within every patient's budget."""
 
 import dataclasses
 import json
@@ -14,8 +14,9 @@ from privehr.core.config import PipelineConfig
 from privehr.core.errors import InputError
 from privehr.flows.pipeline import pipeline
 from privehr.io.demo_data import write_extract
-from privehr.io.ledger import Ledger, ledger_totals, read_ledger, verify_ledger
-from privehr.models.privacy.patient_accounting import member_hashes, patient_spend
+from privehr.io.ledger import Ledger, ledger_patients, ledger_totals, set_budget, verify_ledger
+from privehr.models.privacy.patient_accounting import member_hashes, patient_curves, patient_spend
+from privehr.models.privacy.rdp_filter import BudgetSetting, epsilon_at, pure_dp_rdp
 from privehr.resources import mimic_extract_variables
 from privehr.simulate.severity_simulator import simulate_extract
 
@@ -49,13 +50,13 @@ def _config(tmp_path, extract, run_id, **privacy) -> PipelineConfig:
         "release": {"bundle": False, "record_count": "dp"}})
 
 
-def _spend(tmp_path, subjects) -> np.ndarray:
+def _spend(tmp_path, subjects, budget=None) -> np.ndarray:
     ledger = Ledger(tmp_path / "ledger.jsonl")
     entries = ledger.read()
     snapshots = ledger.members({e.members for e in entries if e.members})
     hashes = np.array([member_hashes([s], ledger.key())[0] for s in sorted(subjects)], dtype=np.uint64)
     order = np.argsort(hashes)
-    spend = patient_spend(entries, snapshots, 1e-5, patients=hashes[order])
+    spend = patient_spend(entries, snapshots, 1e-5, patients=hashes[order], budget=budget)
     out = np.empty(len(hashes))
     out[order] = spend.epsilon
     return out
@@ -71,37 +72,45 @@ def test_a_growing_source_accounts_each_patient_and_leaves_out_those_whose_budge
     path, night1, everyone, night = _deliveries(tmp_path)
     pipeline(_config(tmp_path, path, "night-1"))
     (total,) = ledger_totals(tmp_path / "ledger.jsonl")
-    assert total.dataset == f"path:{path.absolute()}"  # the source is the input's path: one budget, night after night
+    assert total.dataset == f"path:{path.absolute()}"  # the source's label is the input's path
     run1 = _trained(tmp_path / "artifacts" / "night-1")
     assert run1 <= night1 and len(run1) > 100
-    one_run = _spend(tmp_path, run1)
+    at = BudgetSetting(1.0, 1e-5, 8.0)  # the steward's order
+    one_run = _spend(tmp_path, run1, at)
     assert np.allclose(one_run, one_run[0]) and one_run[0] > 0  # everyone in run 1 took part in every release
-    assert total.patients["patients"] == len(run1) and total.patients["max"] == pytest.approx(one_run[0])
+    assert total.patients["patients"] == len(run1)
     assert np.all(_spend(tmp_path, everyone - run1) == 0)  # not admitted yet, or not in the cohort: nothing spent
 
     night(everyone)  # night 2: the same file, 150 patients admitted
-    budget = 1.2 * one_run[0]  # between one and two runs' spend (RDP composes sublinearly: two runs ~1.5x one)
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    entries = ledger.read()
+    snapshots = ledger.members({e.members for e in entries if e.members})
+    again = [e for e in entries if e.status == "reserved"]  # the night's plan, once more for everyone
+    two_runs = patient_curves(entries, snapshots, 1e-5, budget=at).plus(again).epsilon.max()
+    budget = (one_run[0] + two_runs) / 2  # between one and two runs' spend at the filter's order
+    set_budget(ledger.path, budget, order=8.0)
     caplog.set_level(logging.INFO)
-    pipeline(_config(tmp_path, path, "night-2", budget_epsilon=budget))
+    pipeline(_config(tmp_path, path, "night-2"))  # no budget_epsilon: the ledger's binds
     run2 = _trained(tmp_path / "artifacts" / "night-2")
     record = json.loads((tmp_path / "artifacts" / "night-2" / "intermediate" / "members.json").read_text())
     assert set(record["left_out"]) == run1  # everyone who spent a run's worth
     assert run2 and run2 <= everyone - night1  # trained on the new patients alone
     said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
     assert len(said) == 1 and f"{len(run1)} patient(s) left out" in said[0] and f"{len(run2)} go on" in said[0]
-    # left out of the grid: only the record counts (epsilon 0.1, released before the grid was planned on them)
-    assert np.allclose(_spend(tmp_path, run1), one_run + 0.1)
-    admitted = _spend(tmp_path, run2)
+    # left out of the grid: only the record counts (epsilon 0.1, pure DP: min(0.1, alpha 0.1^2 / 2) in RDP), released
+    # before the grid was planned on them
+    by_hand = patient_curves(entries, snapshots, 1e-5, budget=at).rdp.max() + pure_dp_rdp(0.1, [8.0])
+    assert np.allclose(_spend(tmp_path, run1, at), epsilon_at([by_hand], [8.0], 1e-5)[0])
+    admitted = _spend(tmp_path, run2, at)
     assert np.all(admitted > 0) and np.all(admitted <= budget)  # started from zero, within the budget
-    (total,) = ledger_totals(tmp_path / "ledger.jsonl", budget_epsilon=budget)
+    (total,) = ledger_totals(tmp_path / "ledger.jsonl")
     assert total.patients["patients"] == len(run1 | run2) and total.patients["max"] <= budget
-    assert total.patients["reached_budget"] == 0
-    # the source as if every release had used every patient overstates: both runs' total, above the budget
-    assert total.epsilon_dp_rdp > budget
+    assert total.patients["reached_budget"] == 0 and total.patients["accountant"] == "renyi_filter_order_8"
+    # the source as if every release had used every patient overstates: both runs' total, above anyone's (by RDP)
+    assert total.epsilon_dp_rdp > _spend(tmp_path, run1 | run2).max()
     assert verify_ledger(tmp_path / "ledger.jsonl")["ok"]
 
-    before = read_ledger(tmp_path / "ledger.jsonl")
-    with pytest.raises(InputError, match="no one is left to train on.*Nothing was spent") as refused:
-        pipeline(_config(tmp_path, path, "night-3", budget_epsilon=budget))
+    with pytest.raises(InputError, match="no one is left to train on") as refused:
+        pipeline(_config(tmp_path, path, "night-3", budget_epsilon=budget))  # the ledger's budget, asked: the same
     assert "\n" not in str(refused.value)
-    assert read_ledger(tmp_path / "ledger.jsonl") == before  # a refusal spends nothing
+    assert ledger_patients(tmp_path / "ledger.jsonl")["max"] <= budget  # a refusal spends within every budget

@@ -213,16 +213,21 @@ def test_a_crash_after_training_leaves_the_release_counted(tmp_path, small_extra
     assert statuses.count("void") == 1 and statuses.count("reserved") == 3
 
 
-def test_a_run_refused_for_its_budget_spends_nothing(tmp_path, small_extract):
-    """The grid cannot fit the budget: the run is refused before its record counts are released (they were spent,
-    epsilon 0.1, while the message said nothing was reserved), and the ledger's spend is what it was."""
+def test_a_run_refused_for_its_budget_says_what_it_spent_and_no_patient_passes_it(tmp_path, small_extract):
+    """The grid cannot fit the budget: no decision reads the exact counts (one patient's presence would move it), so
+    the run is refused on its released counts, after them, and says so (once, the message said nothing was reserved
+    while the counts were spent). The ledger holds the budget the run asked for, the counts and nothing else, and no
+    patient is above the budget."""
+    from privehr.io.ledger import ledger_patients
+
     config = PipelineConfig.model_validate({
         **GRID, "data": {"hdf5_path": str(small_extract)}, "artifacts_dir": str(tmp_path / "artifacts"),
         "run_id": "over", "versioning": {"dvc": False},
         "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl"), "budget_epsilon": 0.5},
         "release": {"bundle": False, "record_count": "dp"}})
-    with pytest.raises(InputError, match="Nothing was spent, reserved or trained") as refused:
+    with pytest.raises(InputError, match="Its record counts are in the ledger .* nothing was trained") as refused:
         pipeline(config)
     assert "\n" not in str(refused.value)
-    assert read_ledger(tmp_path / "ledger.jsonl") == [] and ledger_totals(tmp_path / "ledger.jsonl") == []
-    assert not (tmp_path / "artifacts" / "over" / "record_counts.json").exists()
+    assert [(e.status, e.what) for e in read_ledger(tmp_path / "ledger.jsonl")] == [
+        ("reserved", "record counts"), ("released", "record counts")]
+    assert ledger_patients(tmp_path / "ledger.jsonl")["max"] <= 0.5

@@ -158,8 +158,10 @@ def test_predict_from_the_bundle_alone_scores_the_test_stays_as_the_run_did(runs
     run_dir = runs["same"][0]
     shutil.copytree(run_dir / "release", tmp_path / "bundle")  # a directory that never saw the training run
     monkeypatch.chdir(tmp_path)
-    assert main(["predict", "bundle", "--data", str(runs["tmp"] / "full.h5"), "--out", "risks.csv", "--json"]) == 0
+    assert main(["predict", "bundle", "--data", str(runs["tmp"] / "full.h5"), "--out", "risks.csv", "--json",
+                 "--ledger", str(runs["ledger"])]) == 0  # inside the hospital: the signing key beside its ledger
     summary = json.loads(capsys.readouterr().out)
+    assert summary["signer"].startswith(f"the hospital's own signing key {summary['signed_by']}")
     assert sorted(summary["models"]) == CELLS and summary["guarantee"].startswith("DP end to end")
     risks = pd.read_csv(tmp_path / "risks.csv").set_index("icustay_id")
     with np.load(run_dir / "intermediate" / "features_test.npz") as test:
@@ -175,11 +177,11 @@ def test_the_scoring_flow_scores_from_a_bundle_and_returns_counts_only(runs, tmp
     from privehr.flows.score import score
 
     summary = score(ScoringConfig(bundle=runs["same"][1] / "release", data=runs["tmp"] / "full.h5",
-                                  out=tmp_path / "scores" / "risks.csv"))
+                                  out=tmp_path / "scores" / "risks.csv", ledger_path=runs["ledger"]))
     assert sorted(summary["models"]) == CELLS
     assert summary["stays"] == len(pd.read_csv(tmp_path / "scores" / "risks.csv"))
     assert set(summary) == {"bundle", "data", "out", "stays", "scored", "not_scored", "in_cohort", "models",
-                            "guarantee", "calibration", "recalibrated", "not_recalibrated"}
+                            "guarantee", "calibration", "recalibrated", "not_recalibrated", "signed_by", "signer"}
     assert all(text.startswith("calibration slope") for text in summary["calibration"].values())
 
 

@@ -128,4 +128,4 @@ def test_the_papers_order_is_bundled_as_not_dp_end_to_end(runs):
     record = json.loads((run_dir / "releases" / "imp0-epsilon2-run0.json").read_text())
     assert record["missing"] == {**record["missing"], "mode": "mice_first", "inside_guarantee": False}
     assert not record["releasable"] and not (run_dir / "synthetic").exists()
-    assert main(["release", "verify", str(run_dir / "release")]) == 0
+    assert main(["release", "verify", str(run_dir / "release"), "--ledger", str(runs["ledger"])]) == 0

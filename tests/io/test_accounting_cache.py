@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 import pytest
 
+from privehr.core.errors import InputError
 from privehr.io.accounting_cache import AccountingCache
 from privehr.models.privacy import accounting
 from privehr.models.privacy.accounting import (calibrate_noise_multiplier, compose_history, recompose_history,
@@ -78,3 +79,36 @@ def test_a_store_others_may_write_is_not_used(tmp_path):
     (folder / "accounting.sqlite").chmod(0o600)
     folder.chmod(0o777)
     assert AccountingCache.open(folder) is None
+
+
+def test_rdp_curves_scaled_in_the_store_change_no_admission(store, tmp_path):
+    """Issue 54.3: the store is unkeyed and shared by every project of the user; curves scaled by 1e-3 in it let a run
+    train exhausted patients. Admission now computes every curve itself: the scaled store changes what a view shows
+    (and `--verify` says so), never who is admitted."""
+    from privehr.io.ledger import Ledger, ledger_patients, reserve, set_budget, verify_ledger
+    from privehr.models.privacy.patient_accounting import patient_curves, patient_spend
+    from privehr.models.privacy.rdp_filter import BudgetSetting
+    from privehr.models.privacy.release_plan import ReleasePlan
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    sid = ledger.write_members(range(50))
+    plan = ReleasePlan.for_epochs(1000, batch_size=100, epochs=1, target_epsilon=1.0, delta=1e-5).ledger_entry(
+        "dp", "final fit")
+    reserve(ledger, "src", "night-1", {"fit": plan}, None, 1e-5, False, "grid release(s)", members=sid)
+    at = BudgetSetting(1.0, 1e-5, 8.0)
+    entries, snapshots = ledger.read(), ledger.members({sid})
+    one = patient_spend(entries, snapshots, 1e-5, fresh=True, budget=at).epsilon.max()
+    two = patient_curves(entries, snapshots, 1e-5, fresh=True, budget=at).plus([plan]).epsilon.max()
+    set_budget(ledger.path, (one + two) / 2, order=8.0)  # room for one run, not two
+    honest = ledger_patients(ledger.path)["max"]  # a view: the store now holds the ledger's per-step curves
+    rows = _rows(store, "rdp_step")
+    assert rows and honest == pytest.approx(one)
+    for key, kept in rows:
+        store.put("rdp_step", key, {"rdp": [v * 1e-3 for v in kept["rdp"]]})
+    accounting._rdp_step_stored.cache_clear()
+    assert ledger_patients(ledger.path)["max"] < honest  # the view reads the store: it shows less ...
+    assert not verify_ledger(ledger.path)["ok"]  # ... and --verify, which recomputes, says the cache is damaged
+    before = ledger.read()
+    with pytest.raises(InputError, match="50 of its 50 patient"):  # admission: as if the store were honest
+        reserve(ledger, "src", "night-2", {"fit": plan}, None, 1e-5, False, "grid release(s)", members=sid)
+    assert ledger.read() == before

@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from privehr.cli import main
 from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps
-from privehr.io.bundle_signature import SIGNATURE, fingerprint, hospital_key, signature_record, signing_key_path
-from privehr.io.release_bundle import MANIFEST, bundle_total, read_bundle, verify_bundle
+from privehr.io.bundle_signature import SIGNATURE, fingerprint, hospital_key, signing_key_path
+from privehr.io.release_bundle import MANIFEST, read_bundle, verify_bundle
 from privehr.tasks.predict import apply_bundle
 from oracles import small_bundle
 
@@ -38,31 +38,7 @@ def made(tmp_path):
     return small_bundle.make_bundle(tmp_path, "dp")
 
 
-def _forge(bundle: Path, edit=None, key: Ed25519PrivateKey | None = None) -> dict:
-    """Edit the manifest (``edit(manifest)``), rehash every listed plain file, recompose the total, and sign with
-    ``key`` (a forger's own) or leave the hospital's signature as it was; return the forged manifest."""
-    manifest = json.loads((bundle / MANIFEST).read_text())
-    if edit is not None:
-        edit(manifest)
-    for name, about in manifest["files"].items():
-        path = bundle / name
-        if path.is_file() and not path.is_symlink():
-            about["sha256"] = _sha(path.read_bytes())
-    manifest["total"] = bundle_total(manifest["releases"], manifest["delta"])
-    text = json.dumps(manifest, indent=1).encode()
-    (bundle / MANIFEST).write_bytes(text)
-    if key is not None:
-        (bundle / SIGNATURE).write_text(json.dumps(signature_record(key, text)))
-    return manifest
-
-
-def _rebind(bundle: Path, cell: str):
-    """An edit that rewrites the model's release entry to bind the model file as it now is."""
-    def edit(manifest):
-        fit = manifest["files"][f"models/{cell}.pt"]["releases"][0]
-        entry = next(e for e in manifest["releases"] if e["release"] == fit)
-        entry["sha256"] = _sha((bundle / f"models/{cell}.pt").read_bytes())
-    return edit
+_forge, _rebind = small_bundle.forge, small_bundle.rebind
 
 
 def _problems(made, **kwargs) -> list[str]:
@@ -82,7 +58,7 @@ def test_the_honest_bundle_verifies_pinned_against_the_ledger_and_the_key_beside
     assert main(["release", "verify", str(bundle), "--key-fingerprint", fp.upper()]) == 0
     assert f"signed by the pinned key {fp}" in capsys.readouterr().out
     assert main(["release", "verify", str(bundle), "--ledger", str(made["ledger"])]) == 0  # pinned by the key beside it
-    assert f"signed by the pinned key {fp}" in capsys.readouterr().out
+    assert f"signed by the hospital's own signing key {fp}" in capsys.readouterr().out
     report = verify_bundle(bundle, made["entries"])
     assert report["ok"] and report["signed_by"] == fp
     assert main(["release", "show", str(bundle)]) == 0
@@ -136,7 +112,8 @@ def test_an_extra_file_listed_as_public(made):
     assert _has(_problems(made), "notes.csv: listed in the manifest, but not a file a bundle holds")
 
 
-def test_a_manifest_signed_by_another_key_fails_against_the_pinned_fingerprint(made, capsys):
+def test_a_manifest_signed_by_another_key_fails_against_the_pinned_fingerprint(made, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("PRIVEHR_LEDGER", str(tmp_path / "elsewhere" / "ledger.jsonl"))  # a partner: no key of its own
     bundle = made["bundle"]
     forger = Ed25519PrivateKey.generate()
     _forge(bundle, key=forger)
@@ -148,8 +125,8 @@ def test_a_manifest_signed_by_another_key_fails_against_the_pinned_fingerprint(m
     assert "not by the pinned key" in capsys.readouterr().out
     assert main(["release", "verify", str(bundle), "--ledger", str(made["ledger"])]) == 1  # the key beside it
     capsys.readouterr()
-    assert main(["release", "verify", str(bundle)]) == 0  # unpinned: it says which key signed it
-    assert f"fingerprint {fingerprint(forger.public_key())} (not pinned" in capsys.readouterr().out
+    assert main(["release", "verify", str(bundle)]) == 1  # unpinned: it says which key signed it, and refuses
+    assert f"signed by key {fingerprint(forger.public_key())}, which is not pinned" in capsys.readouterr().out
     assert main(["release", "verify", str(bundle), "--key-fingerprint", "abc"]) == 2
 
 

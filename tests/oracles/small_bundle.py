@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import io
 from pathlib import Path
 
@@ -13,9 +14,11 @@ import torch
 
 from privehr.core.config import PipelineConfig
 from privehr.core.strict_json import strict_dumps
-from privehr.io.bundle_signature import fingerprint, hospital_key
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from privehr.io.bundle_signature import SIGNATURE, fingerprint, hospital_key, signature_record
 from privehr.io.ledger import Ledger
-from privehr.io.release_bundle import bundle_total, public_entry, verify_bundle, write_manifest
+from privehr.io.release_bundle import MANIFEST, bundle_total, public_entry, verify_bundle, write_manifest
 from privehr.models.classifiers import build_classifier
 from privehr.models.evaluation.dp_evaluation import metrics_from_histograms, noisy_histograms
 from privehr.models.privacy.ledger import LedgerEntry
@@ -104,3 +107,30 @@ def make_bundle(tmp_path: Path, count_source: str = "dp", variables: list[str] |
     assert created and verify_bundle(out, entries, fingerprint(key.public_key()))["ok"]
     return {"bundle": out, "entries": entries, "fingerprint": fingerprint(key.public_key()), "ledger": ledger_path,
             "total": total}
+
+
+def forge(bundle: Path, edit=None, key: Ed25519PrivateKey | None = None) -> dict:
+    """Edit the manifest (``edit(manifest)``), rehash every listed plain file, recompose the total, and sign with
+    ``key`` (a forger's own) or leave the hospital's signature as it was; return the forged manifest."""
+    manifest = json.loads((bundle / MANIFEST).read_text())
+    if edit is not None:
+        edit(manifest)
+    for name, about in manifest["files"].items():
+        path = bundle / name
+        if path.is_file() and not path.is_symlink():
+            about["sha256"] = sha(path.read_bytes())
+    manifest["total"] = bundle_total(manifest["releases"], manifest["delta"])
+    text = json.dumps(manifest, indent=1).encode()
+    (bundle / MANIFEST).write_bytes(text)
+    if key is not None:
+        (bundle / SIGNATURE).write_text(json.dumps(signature_record(key, text)))
+    return manifest
+
+
+def rebind(bundle: Path, cell: str):
+    """An edit that rewrites the model's release entry to bind the model file as it now is."""
+    def edit(manifest):
+        fit = manifest["files"][f"models/{cell}.pt"]["releases"][0]
+        entry = next(e for e in manifest["releases"] if e["release"] == fit)
+        entry["sha256"] = sha((bundle / f"models/{cell}.pt").read_bytes())
+    return edit

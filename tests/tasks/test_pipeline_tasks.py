@@ -149,7 +149,9 @@ def test_over_budget_runs_are_refused_before_anything_is_trained(prepared, tmp_p
     config = PipelineConfig.model_validate(raw)
     reservations = check_privacy_budget.fn(run_dir, cells, config)
     summary = json.loads(open(f"{run_dir}/privacy_budget.json").read())
-    assert len(reservations) == 2 and summary["planned_dp_releases"] == 2 and summary["epsilon_dp_after_run"] == two
+    assert len(reservations) == 2 and summary["planned_dp_releases"] == 2
+    # at the budget's one order (the filter), never below the best order's
+    assert two <= summary["epsilon_dp_after_run"] <= 1.2 * two and summary["binding_accountant"].startswith("renyi")
     (total,) = ledger_totals(ledger)
     assert total.pending == 2 and total.releases == 0 and total.dp  # reserved and counted, though nothing trained
     # the same plan again (a second run, or this one twice) would take the dataset above 2.5: nothing is reserved

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from privehr.cli import main
+from privehr.core.config import ScoringConfig, SignerTrust
 from privehr.io.demo_data import write_extract
 from privehr.io.release_bundle import calibration_text
 from privehr.resources import mimic_extract_variables
@@ -32,7 +33,13 @@ def setup(tmp_path_factory):
     sim = simulate_extract(variables, STAYS, seed=3)
     write_extract(sim, tmp / "new.h5")
     return {"tmp": tmp, "bundle": made["bundle"], "sim": sim, "data": tmp / "new.h5",
-            "variables": list(variables["level2"])}
+            "variables": list(variables["level2"]), "ledger": made["ledger"], "fingerprint": made["fingerprint"]}
+
+
+@pytest.fixture(autouse=True)
+def _the_hospitals_project(setup, monkeypatch):
+    """``predict`` runs in the hospital's project: the signing key beside its ledger is the one it trusts."""
+    monkeypatch.setenv("PRIVEHR_LEDGER", str(setup["ledger"]))
 
 
 def _variant(setup, name: str, edit) -> str:
@@ -173,8 +180,9 @@ def test_streamed_scoring_writes_what_one_chunk_writes(setup, tmp_path):
     short, give the file one chunk gives, row for row, but for the time stamp."""
     from privehr.tasks.predict import score_stays
 
-    whole = score_stays(setup["bundle"], setup["data"], tmp_path / "whole.csv")
-    parts = score_stays(setup["bundle"], setup["data"], tmp_path / "parts.csv", chunk_stays=7)
+    trust = SignerTrust(None, setup["ledger"])
+    whole = score_stays(setup["bundle"], setup["data"], tmp_path / "whole.csv", trust=trust)
+    parts = score_stays(setup["bundle"], setup["data"], tmp_path / "parts.csv", trust=trust, chunk_stays=7)
     assert whole == parts | {"out": whole["out"]}
     one, many = (pd.read_csv(tmp_path / f"{n}.csv").drop(columns="predicted_utc") for n in ("whole", "parts"))
     pd.testing.assert_frame_equal(one, many)
@@ -234,13 +242,13 @@ def test_recalibrate_applies_the_released_recalibration_where_the_dp_slope_is_in
     from privehr.tasks.predict import recalibrated
 
     informative = small_bundle.make_bundle(tmp_path / "big", variables=setup["variables"], test_records=100_000)
-    for bundle, expect in ((informative["bundle"], True), (setup["bundle"], False)):
+    for made, expect in ((informative, True), (setup, False)):
         out = tmp_path / f"r-{expect}.csv"
-        assert main(["predict", str(bundle), "--data", str(setup["data"]), "--out", str(out), "--recalibrate",
-                     "--json"]) == 0
+        assert main(["predict", str(made["bundle"]), "--data", str(setup["data"]), "--out", str(out), "--recalibrate",
+                     "--key-fingerprint", made["fingerprint"], "--json"]) == 0
         summary = json.loads(capsys.readouterr().out)
         risks = pd.read_csv(out)
-        card = json.loads((bundle / "card.json").read_text())
+        card = json.loads((made["bundle"] / "card.json").read_text())
         for m in card["models"]:
             cell, fitted, e = m["cell_id"], m["evaluation"]["recalibration"], m["evaluation"]
             (b_low, b_high), (a_low, a_high) = e["intervals"]["calibration_slope"], e["intervals"][
@@ -268,7 +276,8 @@ def test_the_summary_prints_the_cards_calibration_or_says_the_card_has_none(setu
     informative = small_bundle.make_bundle(tmp_path / "big", variables=setup["variables"], test_records=100_000)
     card = json.loads((informative["bundle"] / "card.json").read_text())
     out = tmp_path / "risks.csv"
-    assert main(["predict", str(informative["bundle"]), "--data", str(setup["data"]), "--out", str(out)]) == 0
+    assert main(["predict", str(informative["bundle"]), "--data", str(setup["data"]), "--out", str(out),
+                 "--key-fingerprint", informative["fingerprint"]]) == 0
     human = capsys.readouterr().out
     for m in card["models"]:
         e = m["evaluation"]
@@ -371,13 +380,74 @@ def test_predict_takes_its_settings_and_their_defaults_from_scoring_config(tmp_p
     seen = []
     monkeypatch.setattr(predict, "score_stays", lambda *a, **k: seen.append((a, k)) or {
         "scored": 0, "stays": 0, "in_cohort": 0, "not_scored": 0, "models": [], "out": str(a[2]), "guarantee": "",
-        "calibration": {}, "recalibrated": [], "not_recalibrated": {}})
+        "calibration": {}, "recalibrated": [], "not_recalibrated": {}, "signer": "", "signed_by": ""})
     data = tmp_path / "new.h5"
     data.write_bytes(b"")
     assert main(["predict", str(tmp_path / "bundle"), "--data", str(data), "--out", str(tmp_path / "r.csv")]) == 0
     defaults = ScoringConfig(bundle=tmp_path, data=data, out=tmp_path / "r.csv")
-    assert seen[-1][1] == {"out_format": defaults.format, "recalibrate": defaults.recalibrate}
-    assert seen[-1][0][4] == defaults.chunk_rows
+    assert seen[-1][1] == {"out_format": defaults.format, "recalibrate": defaults.recalibrate, "models": None,
+                           "chunk_rows": defaults.chunk_rows, "trust": defaults.signer_trust()}
     assert main(["predict", str(tmp_path / "bundle"), "--data", str(data), "--out", str(tmp_path / "m"),
-                 "--format", "meds", "--recalibrate"]) == 0
-    assert seen[-1][1] == {"out_format": "meds", "recalibrate": True}
+                 "--format", "meds", "--recalibrate", "--key-fingerprint", "ab" * 32]) == 0
+    assert seen[-1][1] | {"trust": None} == {"out_format": "meds", "recalibrate": True, "models": None,
+                                             "chunk_rows": defaults.chunk_rows, "trust": None}
+    assert seen[-1][1]["trust"].pinned == "ab" * 32
+
+
+def _resigned(setup, tmp_path) -> str:
+    """The bundle with a model's weights negated (its risks turned over) and the manifest rehashed and re-signed by
+    another key: an insider's forgery whose every hash and signature verify, only the signer differs."""
+    import shutil
+
+    import torch
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    forged = tmp_path / "forged"
+    shutil.copytree(setup["bundle"], forged)
+    cell = small_bundle.CELLS["mort_icu"]
+    state = torch.load(forged / "models" / f"{cell}.pt", weights_only=False)
+    state["state_dict"] = {k: -v for k, v in state["state_dict"].items()}
+    torch.save(state, forged / "models" / f"{cell}.pt")
+    small_bundle.forge(forged, small_bundle.rebind(forged, cell), Ed25519PrivateKey.generate())
+    return str(forged)
+
+
+def test_a_bundle_resigned_with_another_key_is_refused_by_predict_and_the_score_flow(setup, tmp_path, capsys):
+    """Issue 54.2: a forged bundle that verifies under its own new key scores nothing, by the command or the flow;
+    the honest bundle is scored and the signer printed; a pin or a first use names whom to trust."""
+    from privehr.flows.score import score
+    from privehr.io.release_bundle import verify_bundle
+
+    forged = _resigned(setup, tmp_path)
+    assert verify_bundle(forged)["ok"]  # unpinned, the forgery verifies: only the signer tells
+    out = tmp_path / "risks.csv"
+    assert main(["predict", forged, "--data", str(setup["data"]), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "not the hospital's own key" in err and not out.exists()
+    with pytest.raises(Exception, match="not the hospital's own key"):
+        score(ScoringConfig(bundle=forged, data=setup["data"], out=out))
+    assert not out.exists()
+    assert main(["predict", forged, "--data", str(setup["data"]), "--out", str(out), "--key-fingerprint",
+                 setup["fingerprint"]]) == 2 and "not by the pinned key" in capsys.readouterr().err
+    assert main(["predict", str(setup["bundle"]), "--data", str(setup["data"]), "--out", str(out)]) == 0
+    assert f"signed by the hospital's own signing key {setup['fingerprint']}" in capsys.readouterr().out
+    assert main(["release", "verify", forged]) == 1 and "not the hospital's own key" in capsys.readouterr().out
+
+
+def test_outside_the_hospital_a_signer_is_pinned_or_trusted_once_on_first_use(setup, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PRIVEHR_LEDGER", str(tmp_path / "partner" / "ledger.jsonl"))  # no signing key of its own
+    out, bundle = tmp_path / "risks.csv", str(setup["bundle"])
+    assert main(["predict", bundle, "--data", str(setup["data"]), "--out", str(out)]) == 2
+    assert "not pinned" in capsys.readouterr().err and not out.exists()
+    assert main(["release", "verify", bundle]) == 1 and "not pinned" in capsys.readouterr().out
+    assert main(["predict", bundle, "--data", str(setup["data"]), "--out", str(out), "--key-fingerprint",
+                 setup["fingerprint"].upper()]) == 0
+    assert f"signed by the pinned key {setup['fingerprint']}" in capsys.readouterr().out
+    assert main(["predict", bundle, "--data", str(setup["data"]), "--out", str(out), "--trust-on-first-use"]) == 0
+    assert "trusted on first use now" in capsys.readouterr().out
+    recorded = tmp_path / "partner" / "ledger.jsonl.trusted-signers"
+    assert json.loads(recorded.read_text()).keys() == {setup["fingerprint"]} and recorded.stat().st_mode & 0o077 == 0
+    assert main(["release", "verify", bundle]) == 0  # recorded: trusted from now on
+    forged = _resigned(setup, tmp_path)  # a later bundle by another key is refused, first use or not
+    assert main(["predict", forged, "--data", str(setup["data"]), "--out", str(out), "--trust-on-first-use"]) == 2
+    assert "not a signer trusted on first use" in capsys.readouterr().err

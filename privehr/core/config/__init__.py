@@ -19,7 +19,7 @@ deployment parameters against the same schema, so a bad value is refused before 
 
 from privehr.core.config.base import (AuditedMethod, DPSGDClipping, FineGrainedClipping, Label, Loss, Method, Model,
                                       PositiveFloat, RUN_ID_PATTERN, RunId, _moved, _resume_needs_run_id, _Strict)
-from privehr.core.config.privacy import PrivacyConfig, _default_ledger, _ledger_beside_runs
+from privehr.core.config.privacy import PrivacyConfig, _default_ledger, _ledger_beside_runs, project_ledger
 from privehr.core.config.data import DEFAULT_PAGES_PORT, DataConfig, PagesConfig, StewardConfig, ValidationConfig
 from privehr.core.config.synthesis import (Budget, DPNFConfig, EHRPrepareConfig, HFlowConfig,
                                            MarginalConfig, MICEConfig, StaticImputationConfig, SynthesisConfig,
@@ -27,7 +27,7 @@ from privehr.core.config.synthesis import (Budget, DPNFConfig, EHRPrepareConfig,
 from privehr.core.config.training import (Cell, DPExpMConfig, DPSGDConfig, DPSGDSettings, EvaluationConfig,
                                           ExpMNFConfig, GRUDConfig, NonPrivateConfig, NonPrivateSettings, SplitConfig,
                                           TrainingConfig)
-from privehr.core.config.release import FeaturizerSource, RecordCount, ReleaseConfig, ScoringConfig
+from privehr.core.config.release import FeaturizerSource, RecordCount, ReleaseConfig, ScoringConfig, SignerTrust
 from privehr.core.config.pipeline import PipelineConfig, VersioningConfig
 from privehr.core.config.audit import AuditConfig
 from privehr.core.config.profiles import BRIDGES_2023_EPSILONS, DEMO_SYNTHESIS, PROFILES, load_config
@@ -38,6 +38,7 @@ __all__ = ["Label", "Model", "Method", "AuditedMethod", "Loss", "DPSGDClipping",
            "MarginalConfig", "Synthesizer", "default_synthesizers", "SynthesisMICEConfig", "Budget",
            "SynthesisConfig", "SplitConfig", "NonPrivateSettings", "NonPrivateConfig", "DPSGDSettings",
            "DPSGDConfig", "DPExpMConfig", "ExpMNFConfig", "GRUDConfig", "Cell", "TrainingConfig", "EvaluationConfig",
-           "VersioningConfig", "PipelineConfig", "ReleaseConfig", "FeaturizerSource", "RecordCount", "ScoringConfig", "AuditConfig", "BRIDGES_2023_EPSILONS", "DEMO_SYNTHESIS",
+           "VersioningConfig", "PipelineConfig", "ReleaseConfig", "FeaturizerSource", "RecordCount", "ScoringConfig",
+           "SignerTrust", "AuditConfig", "BRIDGES_2023_EPSILONS", "DEMO_SYNTHESIS",
            "PROFILES", "load_config", "_Strict", "_moved", "_resume_needs_run_id", "_ledger_beside_runs",
-           "_default_ledger"]
+           "_default_ledger", "project_ledger"]

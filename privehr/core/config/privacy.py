@@ -1,4 +1,5 @@
-"""Where releases are recorded and what they may spend: the ledger, the budget, the one delta, the noise source."""
+"""Where releases are recorded and what they may spend: the ledger (which holds the budget), the one delta, the noise
+source."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pydantic import Field
 
 from privehr.core.config.base import _moved, _Strict, PositiveFloat
 
-__all__ = ["PrivacyConfig", "LEDGER_ENV", "project_root", "DEFAULT_EPSILON_CEILING"]
+__all__ = ["PrivacyConfig", "LEDGER_ENV", "project_root", "project_ledger", "DEFAULT_EPSILON_CEILING"]
 
 LEDGER_ENV = "PRIVEHR_LEDGER"  # one ledger file for every run on this machine, wherever it starts
 PROJECT_FILE = "prefect.yaml"  # marks a privehr project (its deployments): the default ledger lives in it
@@ -28,8 +29,9 @@ class PrivacyConfig(_Strict):
                                           "artifacts/ of the project (the directory of prefect.yaml), never the "
                                           "working directory's")
     budget_epsilon: PositiveFloat | None = Field(
-        None, description="refuse runs whose releases would take the dataset's composed epsilon above this; a "
-                          "release without a DP guarantee (non-private, ExpM+NF, reproducible noise) never fits")
+        None, description="the per-patient budget this run expects: the project's budget lives in the ledger "
+                          "(`privehr privacy budget --set`) and binds every run; a ledger without one records this as "
+                          "its first, a different one is refused. A release without a DP guarantee never fits")
     delta: float = Field(1e-5, gt=0, lt=1, description="the delta of every DP release and of the ledger's "
                                                       "composition")
     reproducible_noise: bool = Field(
@@ -37,9 +39,9 @@ class PrivacyConfig(_Strict):
                            "debugging). Every release made so is recorded as not DP; by default they come from "
                            "OS entropy and are never stored")
     dataset_id: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9._:-]+$", description="the source's identity in the ledger, assigned by the data "
-        "steward; default: the input's absolute path. Budgets are per patient of the source (membership snapshots), "
-        "so a delivery with new admissions is the same source")
+        None, pattern=r"^[A-Za-z0-9._:-]+$", description="the source's label in the ledger, assigned by the data "
+        "steward; default: the input's absolute path. A label only: a patient's spend composes every release that "
+        "used them, whatever source, copy or path it came through")
 
     epsilon_ceiling: PositiveFloat = Field(
         DEFAULT_EPSILON_CEILING, description="refuse any single release planned above this epsilon (a target of 1e9 "
@@ -90,10 +92,16 @@ def _default_ledger(config) -> Path:
     3. ``artifacts/privacy_ledger.jsonl`` of the project (:func:`project_root`), whatever the working directory;
     4. outside any project, the default ``artifacts_dir`` of the working directory.
     """
+    if "artifacts_dir" in config.model_fields_set and not os.environ.get(LEDGER_ENV):
+        return (Path(config.artifacts_dir) / PrivacyConfig.model_fields["ledger_path"].default.name).absolute()
+    return project_ledger(Path(config.artifacts_dir))
+
+
+def project_ledger(artifacts_dir: Path = Path("artifacts")) -> Path:
+    """The project's ledger where no configuration names one: ``$PRIVEHR_LEDGER``, else ``artifacts/`` of the project
+    (:func:`project_root`), else ``artifacts_dir`` of the working directory (an absolute path)."""
     name = PrivacyConfig.model_fields["ledger_path"].default.name
     if os.environ.get(LEDGER_ENV):
         return Path(os.environ[LEDGER_ENV]).expanduser().absolute()
-    if "artifacts_dir" in config.model_fields_set:
-        return (Path(config.artifacts_dir) / name).absolute()
     root = project_root()
-    return ((root / "artifacts" if root else Path(config.artifacts_dir)) / name).absolute()
+    return ((root / "artifacts" if root else artifacts_dir) / name).absolute()

@@ -8,6 +8,7 @@ its share of the budget is.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Literal
@@ -15,8 +16,20 @@ from typing import Literal
 from pydantic import Field
 
 from privehr.core.config.base import _Strict, PositiveFloat
+from privehr.core.config.privacy import project_ledger
 
-__all__ = ["ReleaseConfig", "FeaturizerSource", "RecordCount", "ScoringConfig"]
+__all__ = ["ReleaseConfig", "FeaturizerSource", "RecordCount", "ScoringConfig", "SignerTrust"]
+
+
+@dataclass(frozen=True)
+class SignerTrust:
+    """Whom a bundle's signature must come from (``privehr.io.bundle_signature.trusted_signer``): the key with the
+    ``pinned`` fingerprint; else the hospital's own key beside ``ledger_path`` or a signer recorded there on first use;
+    else, with ``trust_on_first_use``, this first signer (recorded)."""
+
+    pinned: str | None
+    ledger_path: Path
+    trust_on_first_use: bool = False
 
 FeaturizerSource = Literal["public", "dp", "exact"]
 RecordCount = Literal["dp", "public"]
@@ -73,3 +86,18 @@ class ScoringConfig(_Strict):
     recalibrate: bool = Field(False, description="also each model's risks through the logistic recalibration its DP "
                               "evaluation released (risk_recalibrated_<model>), where its DP calibration slope is "
                               "informative")
+    key_fingerprint: str | None = Field(
+        None, description="the fingerprint of the key the bundle must be signed by (64 hex digits, received from the "
+                          "hospital by another channel); default: the hospital's own signing key beside the project's "
+                          "ledger, or a signer trusted on first use")
+    trust_on_first_use: bool = Field(
+        False, description="where no signer is trusted yet (no fingerprint given, no own signing key, none recorded), "
+                           "trust this bundle's signer and record it beside the ledger; a bundle another key signed "
+                           "is refused from then on")
+    ledger_path: Path = Field(default_factory=project_ledger,
+                              description="the project's privacy ledger, beside which the hospital's signing key and "
+                                          "the signers trusted on first use are (default: the project's)")
+
+    def signer_trust(self) -> SignerTrust:
+        """What a bundle's signer is checked against."""
+        return SignerTrust(self.key_fingerprint, self.ledger_path, self.trust_on_first_use)

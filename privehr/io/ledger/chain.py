@@ -12,11 +12,12 @@ from __future__ import annotations
 import hmac
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from privehr.core.errors import InputError
 from privehr.models.privacy.ledger import CHAIN_FIELDS, LedgerEntry, chain_start, chain_tag, head_tag
+from privehr.models.privacy.rdp_filter import BUDGET_KIND, BudgetSetting
 
 __all__ = ["ChainState", "LedgerTampered", "LedgerUnreadable", "NotUTF8Text", "check_chain", "NOT_UTF8"]
 
@@ -41,6 +42,12 @@ class ChainState:
     unchained: int
     last: str | None            # the last line's tag (None: no chained line yet)
     head_lag: int = 0           # chained lines after the head (a crash between a line and its head)
+    budgets: list[BudgetSetting] = field(default_factory=list)  # the budget lines, in order (the last one holds)
+
+    @property
+    def budget(self) -> BudgetSetting | None:
+        """The project's per-patient budget: the last budget line (None: no budget set)."""
+        return self.budgets[-1] if self.budgets else None
 
 
 class LedgerUnreadable(InputError):
@@ -62,7 +69,7 @@ class NotUTF8Text(ValueError):
 
 def check_chain(path: Path, lines: list[str], key: bytes | None, head: dict | None) -> ChainState:
     """Parse every line and verify the chain and the head; raise :class:`LedgerTampered` naming the first bad line."""
-    entries, unchained, tags, previous = [], [], {}, None
+    entries, budgets, unchained, tags, previous = [], [], [], {}, None
     head_ok = head is None or key is None or hmac.compare_digest(
         str(head.get("mac", "")), head_tag(key, int(head.get("lines", -1)), str(head.get("tag", ""))))
     for number, line in enumerate(lines, 1):
@@ -76,7 +83,7 @@ def check_chain(path: Path, lines: list[str], key: bytes | None, head: dict | No
         try:
             raw = json.loads(line)
             content = {k: v for k, v in raw.items() if k not in CHAIN_FIELDS}
-            entry = LedgerEntry.from_dict(content)
+            entry = (BudgetSetting if content.get("kind") == BUDGET_KIND else LedgerEntry).from_dict(content)
         except (ValueError, TypeError, AttributeError) as err:
             raise LedgerUnreadable(path, number, err) from None
         tag, seq = raw.get("chain"), raw.get("seq")
@@ -102,9 +109,9 @@ def check_chain(path: Path, lines: list[str], key: bytes | None, head: dict | No
                            "or the key, changed)")
                 raise LedgerTampered(path, number, why)
             previous = tags[number] = str(tag)
-        entries.append(entry)
+        (budgets if isinstance(entry, BudgetSetting) else entries).append(entry)
     total = len(lines)
-    if entries and not tags:  # no chained line vouches for these: a pre-chain ledger, or one stripped of its chain
+    if (entries or budgets) and not tags:  # no chained line vouches for these: a pre-chain ledger, or one stripped of its chain
         raise LedgerTampered(path, 1, f"none of its {len(entries)} entries carries a chain tag (a ledger written before "
                                       "privehr chained its ledger, or one whose chain fields were stripped); check them "
                                       "against your records, then chain them once with `privehr privacy ledger "
@@ -113,7 +120,7 @@ def check_chain(path: Path, lines: list[str], key: bytes | None, head: dict | No
         if key is not None:
             raise LedgerTampered(path, None, f"{path.name}.head, which records the ledger's length, is missing (deleted, "
                                              "or the ledger was emptied)")
-        return ChainState(entries, total, len(unchained), None)
+        return ChainState(entries, total, len(unchained), None, budgets=budgets)
     if key is None:
         raise LedgerTampered(path, None, f"the ledger's key {path.name}.key is missing, so its head cannot be checked")
     if not head_ok:
@@ -126,6 +133,6 @@ def check_chain(path: Path, lines: list[str], key: bytes | None, head: dict | No
     if recorded and tags.get(recorded) != head["tag"]:
         raise LedgerTampered(path, recorded, "the line differs from the one the head records (the ledger was "
                                              "replaced or rewritten)")
-    return ChainState(entries, total, len(unchained), previous, head_lag=total - recorded)
+    return ChainState(entries, total, len(unchained), previous, head_lag=total - recorded, budgets=budgets)
 
 

@@ -27,6 +27,7 @@ from privehr.io.ledger.chain import ChainState, LedgerTampered, check_chain
 from privehr.io.ledger.layout import LedgerLayout, write_private
 from privehr.io.ledger.members import read_snapshots, write_snapshot
 from privehr.models.privacy.ledger import LedgerEntry, chain_start, chain_tag, head_tag
+from privehr.models.privacy.rdp_filter import BudgetSetting
 
 __all__ = ["Ledger", "read_ledger"]
 
@@ -38,7 +39,12 @@ class _Transaction:
         self._state = ledger._verified(fh.read().splitlines())
         self.entries = self._state.entries
 
-    def append(self, entries: list[LedgerEntry]) -> None:
+    @property
+    def budget(self) -> BudgetSetting | None:
+        """The project's per-patient budget as the ledger holds it now (None: no budget set)."""
+        return self._state.budget
+
+    def append(self, entries: list[LedgerEntry | BudgetSetting]) -> None:
         if not entries:
             return
         key, state = self._ledger._key_in_lock(self._fh), self._state
@@ -58,7 +64,8 @@ class _Transaction:
         os.fsync(self._fh.fileno())
         state.last = previous
         self._ledger._write_head(key, state.lines, previous)  # after the lines: a crash between leaves the head behind
-        self.entries += entries
+        self.entries += [e for e in entries if isinstance(e, LedgerEntry)]
+        state.budgets += [e for e in entries if isinstance(e, BudgetSetting)]
 
 
 class Ledger:
@@ -251,6 +258,10 @@ class Ledger:
 
     def read(self) -> list[LedgerEntry]:
         return self.state().entries
+
+    def budget(self) -> BudgetSetting | None:
+        """The project's per-patient budget (the last budget line; None: none set)."""
+        return self.state().budget
 
 
 def read_ledger(path: str | Path) -> list[LedgerEntry]:

@@ -15,19 +15,23 @@ import secrets
 from datetime import datetime, timezone
 from pathlib import Path
 
-from privehr.core.errors import InputError
-from privehr.io.ledger.file import Ledger
-from privehr.io.ledger.views import dataset_delta, short_dataset, source_entries
-from privehr.models.privacy.ledger import BudgetVerdict, LedgerEntry, check_budget, effective_entries
-from privehr.models.privacy.patient_accounting import check_patient_budget
+import numpy as np
 
-__all__ = ["BudgetExceeded", "reserve", "record_release", "void_reservation", "release_id"]
+from privehr.core.errors import InputError
+from privehr.io.ledger.budget import budget_for, delta_mismatch, ledger_delta
+from privehr.io.ledger.file import Ledger
+from privehr.io.ledger.views import short_dataset
+from privehr.models.privacy.ledger import LedgerEntry, effective_entries
+from privehr.models.privacy.patient_accounting import PatientVerdict, check_patient_budget
+
+__all__ = ["BudgetExceeded", "reserve", "record_release", "void_reservation", "void_open_reservations",
+           "release_id"]
 
 
 class BudgetExceeded(InputError):
     """A budget check refused the run; ``verdict`` says what it would have cost."""
 
-    def __init__(self, message: str, verdict: BudgetVerdict):
+    def __init__(self, message: str, verdict: PatientVerdict | None):
         super().__init__(message)
         self.verdict = verdict
 
@@ -41,51 +45,50 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-
 def reserve(ledger: Ledger, dataset: str, run_id: str, planned: dict[str, LedgerEntry],
             budget_epsilon: float | None, delta: float, resume: bool, what: str,
-            members: str | None = None) -> tuple[dict[str, str], BudgetVerdict, int]:
+            members: str | None = None) -> tuple[dict[str, str], PatientVerdict, int]:
     """Reserve ``planned`` (key -> entry template) under the lock; return (key -> reservation id, verdict, voided).
 
-    ``members``: the run's membership snapshot (:meth:`Ledger.write_members`), which every reservation cites; the
-    budget is then checked per patient of the snapshot (``models/privacy/patient_accounting.py``). Without it every
-    planned release is charged to every patient of the source. Raises :class:`BudgetExceeded` (and writes nothing)
-    when the budget would be exceeded.
+    The budget is the ledger's (:mod:`privehr.io.ledger.budget`): ``budget_epsilon``, the run's
+    ``privacy.budget_epsilon``, must be None or equal to it (a ledger without one records it as its first). Each
+    patient's spend composes every release of the ledger that used them, whatever source it names (``dataset`` is a
+    label). ``members``: the run's membership snapshot (:meth:`Ledger.write_members`), which every reservation cites;
+    the budget is then checked for each of its patients. Without it every planned release is charged to every patient
+    of the ledger and to anyone in none of its snapshots. Raises :class:`BudgetExceeded` (and writes nothing) when
+    the budget would be exceeded.
     """
     with ledger.transaction() as tx:
-        mine = [e for e in tx.entries if e.dataset == dataset]
-        made_at = dataset_delta(mine)
+        budget, first = budget_for(ledger, tx.budget, budget_epsilon, delta, f"run {run_id}")
+        made_at = ledger_delta(tx.entries, tx.budget)
         if made_at is not None and made_at != delta:
-            raise InputError(f"dataset {short_dataset(dataset)}'s releases were made and are composed at delta "
-                             f"{made_at:g}; this run asks for delta {delta:g}. One dataset has one delta (a larger "
-                             f"one would make the same spend look smaller): set privacy.delta to {made_at:g}.")
+            raise delta_mismatch(ledger.path, made_at, delta)
+        mine = [e for e in tx.entries if e.dataset == dataset]
         voids = []
         if resume:  # this run's reservations that no release settled: its crashed attempt never trained them
             pending = {e.release for e in effective_entries(mine) if e.status == "reserved" and e.run_id == run_id}
-            voids = [LedgerEntry(dataset, release_id(run_id, "void"), e.mechanism, status="void", reservation=e.release,
-                                 run_id=run_id, guarantee=e.guarantee, what=f"void: {e.what}", created_utc=_now(),
-                                 # a gaussian entry is one full-batch step, its void included
-                                 **({"sample_rate": 1.0, "steps": 1} if e.mechanism == "gaussian" else {}))
-                     for e in mine if e.release in pending]
+            voids = [_void(e, "its run resumed") for e in mine if e.release in pending]
         reservations = {key: LedgerEntry(**{**e.as_dict(), "dataset": dataset, "release": release_id(run_id, key),
                                             "status": "reserved", "run_id": run_id, "created_utc": _now(),
                                             "members": members})
                         for key, e in planned.items()}
-        counted = source_entries(tx.entries, dataset) + voids  # older default ids charged too (source_entries)
-        if members is None:
-            verdict = check_budget(counted, list(reservations.values()), budget_epsilon, delta)
-        else:
-            snapshots = ledger.members({e.members for e in effective_entries(counted) if e.members} | {members})
-            verdict = check_patient_budget(effective_entries(counted), list(reservations.values()), snapshots,
-                                           snapshots[members], budget_epsilon, delta)
+        counted = effective_entries(tx.entries + voids)  # every source's: a source is a label, a patient a patient
+        snapshots = ledger.members({e.members for e in counted if e.members} | ({members} if members else set()))
+        patients = snapshots[members] if members else _everyone(snapshots)
+        verdict = check_patient_budget(counted, list(reservations.values()), snapshots, patients, budget, delta,
+                                       outsider=members is None)
         if verdict.refused:
             raise BudgetExceeded(
                 f"privacy budget exceeded for dataset {short_dataset(dataset)}: {verdict.reason}. This run planned "
                 f"{len(planned)} {what}; none was trained and nothing was reserved. Fewer budgets, seeds or grid "
                 "cells, no release without a DP guarantee, or a budget decision by the data custodian are the ways "
                 "on.", verdict)
-        tx.append(voids + list(reservations.values()))
+        tx.append(([budget] if first else []) + voids + list(reservations.values()))
     return {key: e.release for key, e in reservations.items()}, verdict, len(voids)
+
+
+def _everyone(snapshots: dict[str, np.ndarray]) -> np.ndarray:
+    return np.unique(np.concatenate(list(snapshots.values()))) if snapshots else np.zeros(0, dtype=np.uint64)
 
 
 def void_reservation(ledger_path: str | Path, reservation: str, why: str) -> LedgerEntry:
@@ -98,12 +101,27 @@ def void_reservation(ledger_path: str | Path, reservation: str, why: str) -> Led
         if reserved is None or settled:
             raise RuntimeError(f"reservation {reservation} is not an open reservation of the privacy ledger "
                                f"{ledger_path}; nothing was voided")
-        void = LedgerEntry(reserved.dataset, release_id(reserved.run_id, "void"), reserved.mechanism, status="void",
-                           reservation=reservation, run_id=reserved.run_id, guarantee=reserved.guarantee,
-                           what=f"void: {reserved.what} ({why})", created_utc=_now(),
-                           **({"sample_rate": 1.0, "steps": 1} if reserved.mechanism == "gaussian" else {}))
+        void = _void(reserved, why)
         tx.append([void])
     return void
+
+
+def void_open_reservations(ledger_path: str | Path, run_id: str, why: str) -> list[LedgerEntry]:
+    """Give up every reservation of ``run_id`` that no release or void has settled (the run decided, from public or
+    released values only, to make none of them); return the voids written."""
+    with Ledger(ledger_path).transaction() as tx:
+        open_ = [e for e in effective_entries(tx.entries) if e.status == "reserved" and e.run_id == run_id]
+        voids = [_void(e, why) for e in open_]
+        tx.append(voids)
+    return voids
+
+
+def _void(reserved: LedgerEntry, why: str) -> LedgerEntry:
+    return LedgerEntry(reserved.dataset, release_id(reserved.run_id, "void"), reserved.mechanism, status="void",
+                       reservation=reserved.release, run_id=reserved.run_id, guarantee=reserved.guarantee,
+                       what=f"void: {reserved.what} ({why})", created_utc=_now(),
+                       # a gaussian entry is one full-batch step, its void included
+                       **({"sample_rate": 1.0, "steps": 1} if reserved.mechanism == "gaussian" else {}))
 
 
 def record_release(ledger_path: str | Path, reservation: str, entry: LedgerEntry) -> LedgerEntry:

@@ -4,7 +4,9 @@ import pytest
 from opacus.accountants import PRVAccountant
 
 from privehr.models.privacy.accounting import epsilon_spent
-from privehr.models.privacy.ledger import LedgerEntry, check_budget, compose_entries, dataset_id_of
+from privehr.models.privacy.ledger import LedgerEntry, compose_entries, dataset_id_of
+from privehr.models.privacy.patient_accounting import check_patient_budget, member_hashes, snapshot_id
+from privehr.models.privacy.rdp_filter import BudgetSetting, filter_order
 
 
 def _sgd(sigma, q, steps, release, **kw):
@@ -68,29 +70,39 @@ def test_reservations_count_until_settled_and_a_release_counts_whatever_its_rese
     assert compose_entries([reserved, void, released]).epsilon_dp == pytest.approx(alone.epsilon_dp)
 
 
+def _check(existing, planned, budget_epsilon, order=None):
+    """Every entry on one patient (a snapshot of one), as a budget check per patient composes them."""
+    hashes = member_hashes([1], bytes(32))
+    sid = snapshot_id(hashes, bytes(32))
+    cite = (lambda es: [LedgerEntry(**{**e.as_dict(), "members": sid}) for e in es])
+    budget = None if budget_epsilon is None else BudgetSetting(budget_epsilon, 1e-5,
+                                                               order or filter_order(budget_epsilon, 1e-5))
+    return check_patient_budget(cite(existing), cite(planned), {sid: hashes}, hashes, budget, 1e-5)
+
+
 def test_budget_refuses_whatever_would_exceed_it():
     existing = [_sgd(1.0, 0.05, 200, "a")]
-    eps = compose_entries(existing).epsilon_dp_rdp  # the Renyi filter binds
-    assert not check_budget(existing, [], eps + 0.1, 1e-5).refused
-    assert check_budget(existing, [_sgd(1.0, 0.05, 200, "b")], eps + 0.1, 1e-5).refused
+    eps = _check(existing, [], 100.0, order=8.0).after  # the filter's epsilon at the budget's order
+    assert not _check(existing, [], eps + 0.1, order=8.0).refused
+    assert _check(existing, [_sgd(1.0, 0.05, 200, "b")], eps + 0.1, order=8.0).refused
     for no_guarantee in (LedgerEntry("d1", "np", "non_private"), LedgerEntry("d1", "ex", "expm_nf", 0.1),
                          _sgd(50.0, 0.01, 1, "tiny", guarantee="reproducible")):
-        verdict = check_budget(existing, [no_guarantee], 1000.0, 1e-5)
+        verdict = _check(existing, [no_guarantee], 1000.0)
         assert verdict.refused and "without a DP guarantee" in verdict.reason
-    assert not check_budget(existing, [LedgerEntry("d1", "np", "non_private")], None, 1e-5).refused  # no budget
+    assert not _check(existing, [LedgerEntry("d1", "np", "non_private")], None).refused  # no budget
 
 
 def test_a_budget_binds_on_the_renyi_filter_not_on_prv():
     """Releases are chosen adaptively night after night: a budget between PRV's total (tight for a sequence fixed in
-    advance) and the RDP filter's is refused, and the refusal names the filter; the filter's total is the view's RDP."""
+    advance) and the filter's is refused, and the refusal names the filter and its order."""
     existing = [_sgd(1.0, 0.05, 200, "a"), _sgd(1.2, 0.05, 300, "b")]
     shown = compose_entries(existing)
-    assert shown.epsilon_dp_prv < shown.epsilon_dp_rdp
     between = (shown.epsilon_dp_prv + shown.epsilon_dp_rdp) / 2
-    verdict = check_budget(existing[:1], existing[1:], between, 1e-5)
-    assert verdict.refused and "Renyi filter" in verdict.reason
-    assert verdict.after.epsilon_dp_rdp == pytest.approx(shown.epsilon_dp_rdp, rel=1e-12)
-    assert not check_budget(existing[:1], existing[1:], shown.epsilon_dp_rdp * 1.001, 1e-5).refused
+    assert shown.epsilon_dp_prv < between
+    verdict = _check(existing[:1], existing[1:], between)
+    assert verdict.refused and f"Renyi filter at order {filter_order(between, 1e-5):g}" in verdict.reason
+    assert verdict.after >= shown.epsilon_dp_rdp  # one fixed order is never below the minimum over orders
+    assert not _check(existing[:1], existing[1:], verdict.after * 1.001).refused
 
 
 def test_old_ledgers_read_and_entries_are_validated():
@@ -99,8 +111,8 @@ def test_old_ledgers_read_and_entries_are_validated():
     assert old.epsilon is None and old.status == "released" and old.guarantee == "non_private"
     with pytest.raises(ValueError, match="needs noise_multiplier"):
         LedgerEntry("d1", "m", "dp_sgd", 1.0)
-    with pytest.raises(ValueError, match="one dataset"):
-        compose_entries([LedgerEntry("d1", "a", "dp", 1.0), LedgerEntry("d2", "b", "dp", 1.0)])
+    several = compose_entries([LedgerEntry("d1", "a", "dp", 1.0), LedgerEntry("d2", "b", "dp", 1.0)])
+    assert several.dataset == "" and several.epsilon_dp == 2.0  # one patient's releases under two sources
 
 
 def test_dataset_ids_follow_the_patients_and_say_nothing_without_the_key():
