@@ -83,6 +83,9 @@ def main() -> None:
     from privehr.io.ledger import Ledger, reserve, source_patients
     from privehr.models.privacy import accounting
     from privehr.models.privacy.patient_accounting import member_hashes, patient_curves, patient_spend
+    from privehr.models.privacy.rdp_filter import BudgetSetting, filter_order
+
+    setting = BudgetSetting(args.budget, 1e-5, filter_order(args.budget, 1e-5))  # what the first reserve records
 
     rng = np.random.default_rng(0)  # the simulated database's admissions and withdrawals (no privacy claim)
     ledger = Ledger(folder / "ledger.jsonl")
@@ -129,7 +132,8 @@ def main() -> None:
             existing = [e for e in ledger.read() if e.dataset == source]
             snapshots = ledger.members({e.members for e in existing if e.members})
             tonight = hash_of(present)
-            past = patient_curves(existing, snapshots, 1e-5, patients=np.unique(tonight))
+            past = patient_curves(existing, snapshots, 1e-5, patients=np.unique(tonight), fresh=True,
+                                  budget=setting)
             over = set(past.plus(night_plan(len(present))).over(args.budget).tolist())
             return [s for s in present if hashes[s] not in over], True
 
@@ -150,7 +154,7 @@ def main() -> None:
         _, reserve_s = cpu(reserve_night)
         entries = [e for e in ledger.read() if e.dataset == source]
         snapshots = ledger.members({e.members for e in entries if e.members})
-        now = patient_spend(entries, snapshots, 1e-5, patients=np.sort(hash_of(present)))
+        now = patient_spend(entries, snapshots, 1e-5, patients=np.sort(hash_of(present)), budget=setting)
         reached = int((now.epsilon >= args.budget * (1 - 1e-9)).sum())
         if reached and first_reached is None:
             first_reached = night
@@ -168,8 +172,8 @@ def main() -> None:
             snapshot_store._VERIFIED.clear()  # as a new process finds it: the store kept, nothing in memory
             accounting._rdp_step_stored.cache_clear()
             mine = [e for e in ledger.read() if e.dataset == source]
-            summary, view_s = cpu(lambda: source_patients(Ledger(ledger.path), mine, 1e-5, args.budget,
-                                                          accountants=False))
+            summary, view_s = cpu(lambda: source_patients(Ledger(ledger.path), mine, source, 1e-5, setting,
+                                                          args.budget, accountants=False))
             views.append({"night": night, "releases": len(mine), "snapshots": summary["snapshots"],
                           "patients": summary["patients"], "cpu_s_per_patient_view": round(view_s, 3),
                           "median": summary["median"], "p99": summary["p99"], "max": summary["max"],

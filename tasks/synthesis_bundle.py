@@ -175,6 +175,11 @@ def _card(config: SynthesisConfig, spec, tables: list[dict], total: dict, guaran
     if counts is not None:
         covers.append(f"the patient counts the plans and the tables' size were built from ({counts['source']})")
     covers.append("the unit is one patient (a row of the table)")
+    covers.append("the hospital's per-patient budget: " + (
+        f"its releases are charged to each patient of the table, by the spec's id column ({spec.id_column}), "
+        "together with every other release that used them, whatever source it named" if spec.id_column else
+        "the table names no patient id, so its releases are charged to every patient of the hospital's ledger, "
+        "past and future (a row could be anyone)"))
     not_covered = ["the run's internal report: its utility, fidelity and membership-inference numbers compare the "
                    "synthetic tables with the real patients exactly and stay in the hospital",
                    "other releases from the same table (other runs, the non-private flow): the hospital's privacy "
