@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from privehr.models.device import resolve_device  # noqa: E402
-from privehr.models.nf.dp_nf import DensityHyperparameters, train_density  # noqa: E402
+from privehr.models.dpsgd.density import DensityHyperparameters, train_density  # noqa: E402
 from privehr.models.nf.maf import MAF  # noqa: E402
 from privehr.models.privacy.randomness import NoiseSource  # noqa: E402
 from privehr.models.privacy.release_plan import ReleasePlan  # noqa: E402

@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 from privehr.models.evaluation.anomaly_detection import content_ids, dp_ad_roc, partition_by_id, tail_anomalies, threshold_roc  # noqa: E402
 from privehr.models.classifiers import seeded_build  # noqa: E402
-from privehr.models.nf.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density  # noqa: E402
+from privehr.models.dpsgd.density import DensityHyperparameters, mean_log_likelihood, train_density  # noqa: E402
 from privehr.models.privacy.gdp import gdp_epsilon  # noqa: E402
 from privehr.models.nf.maf import MAF  # noqa: E402
 from privehr.models.privacy.randomness import NoiseSource  # noqa: E402

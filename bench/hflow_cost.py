@@ -4,7 +4,7 @@ DP-HFlow (Lee et al. 2022, "Differentially Private Normalizing Flows for Synthet
 shares one conditional MADE among its 3 spline blocks, so each of the MADE's two masked layers is used 3 times per
 record. Ghost clipping needs each record's gradient norm for those layers. Before this bench it materialised the
 masked (out x in) per-record gradient for every record of the batch; it now takes K x K Grams per group of identical
-mask rows (``models/dpsgd/ghost_clipping.py``: ``_masked_gram_norms``, chosen by ``masked_grams_pay``). The noise
+mask rows (``models/dpsgd/rules/masked_linear.py``: ``_masked_gram_norms``, chosen by ``masked_grams_pay``). The noise
 calibration (Opacus's RDP at fractional orders is slow at q = 0.5) is cached per (epsilon, delta, q, T) in a
 process, so it is paid once per distinct release plan, not once per fit.
 
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from privehr.core.config import SynthesisConfig  # noqa: E402
-from privehr.models.dpsgd import ghost_clipping  # noqa: E402
+from privehr.models.dpsgd.rules import masked_linear  # noqa: E402
 from privehr.models.privacy import accounting  # noqa: E402
 from privehr.models.privacy.randomness import NoiseSource  # noqa: E402
 from privehr.models.synthesis import SynthesisData, create_synthesizer  # noqa: E402
@@ -82,7 +82,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     bench = _mixed_type_bench()
     bench.registered_synthesizers(quiet=True)
-    pays = ghost_clipping.masked_grams_pay
+    pays = masked_linear.masked_grams_pay
     rows = {}
     for name, limit in (("aids", None), ("flchain", 2000)):
         table = bench.load_table(name, args.data_dir)
@@ -107,12 +107,12 @@ def main() -> None:
         fits = {"hflow": [], "hflow_materialised": [], "maf": []}
         for repeat in range(args.repeats):
             for variant in timings:
-                ghost_clipping.masked_grams_pay = (lambda *a: False) if variant == "hflow_materialised" else pays
+                masked_linear.masked_grams_pay = (lambda *a: False) if variant == "hflow_materialised" else pays
                 try:
                     dp_sgd, fit = _fit(variant.removesuffix("_materialised"), train, codec, table["spec"],
                                        args.epsilon, repeat + 1)
                 finally:
-                    ghost_clipping.masked_grams_pay = pays
+                    masked_linear.masked_grams_pay = pays
                 timings[variant].append(dp_sgd)
                 fits[variant].append(fit)
         rows[name] = {

@@ -29,7 +29,7 @@ import torch  # noqa: E402
 
 from privehr.models.classifiers import build_classifier, classifier_inputs  # noqa: E402
 from privehr.models.device import resolve_device  # noqa: E402
-from privehr.models.nf.dp_nf import DensityHyperparameters, train_density  # noqa: E402
+from privehr.models.dpsgd.density import DensityHyperparameters, train_density  # noqa: E402
 from privehr.models.dpsgd.trainer import DPSGDHyperparameters, train_dp_sgd  # noqa: E402
 from privehr.models.nf.maf import MAF  # noqa: E402
 from privehr.models.privacy.randomness import NoiseSource  # noqa: E402

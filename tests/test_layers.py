@@ -68,6 +68,11 @@ def test_the_contract_is_the_layering_the_readme_states():
     pure = next(c for c in CONTRACTS if c["id"] == "pure-math")
     assert {"prefect", "h5py", "great_expectations", "dvc"} <= set(pure["forbidden_modules"])
     assert set(pure["source_modules"]) == {"privehr.models", "privehr.simulate"}
+    models = next(c for c in CONTRACTS if c["id"] == "models-layers")
+    assert models["containers"] == ["privehr.models"] and models["layers"] == [
+        "methods", "expm | inference | synthesis", "dpsgd", "classifiers | nf", "data | evaluation | privacy | audit"]
+    packages = {p.name for p in (ROOT / "models").iterdir() if (p / "__init__.py").exists()}
+    assert packages == {name.strip() for layer in models["layers"] for name in layer.split("|")}  # every package
     core = next(c for c in CONTRACTS if c["id"] == "core-bottom")
     assert {"prefect", "torch"} <= set(core["forbidden_modules"])
     readme = (ROOT / "README.md").read_text()
@@ -92,6 +97,9 @@ def test_the_code_keeps_the_contracts(site, tmp_path):
     ("models/nf/maf.py", "import privehr.io.pages", "layers"),            # models may not read files
     ("models/nf/maf.py", "import prefect", "pure-math"),                  # nor orchestrate
     ("io/pages.py", "import privehr.flows.pipeline", "layers"),        # io may not call flows
+    ("models/classifiers/grud.py", "import privehr.models.dpsgd.trainer", "models-layers"),  # a model, not its trainer
+    ("models/nf/maf.py", "import privehr.models.synthesis.codec", "models-layers"),         # a flow, not its use
+    ("models/expm/mechanism.py", "import privehr.models.synthesis.codec", "models-layers"),  # siblings stay apart
 ])
 def test_a_forbidden_import_breaks_a_contract(site, tmp_path, module, line, broken):
     copy = tmp_path / "site"

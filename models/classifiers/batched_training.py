@@ -1,5 +1,5 @@
 """Non-private fits of one grid cell trained together: K models of one architecture (its seeds) stacked into one
-module (:mod:`privehr.models.dpsgd.stacked_layers`), each on its own shuffled batches, each with its own AdamW state.
+module (:mod:`privehr.models.classifiers.stacking`), each on its own shuffled batches, each with its own AdamW state.
 
 A final non-private fit trains a fixed number of epochs (the one its search chose on dev) on train+dev, one model per
 seed; one at a time, a GRU-D of a few thousand weights is bound by Python and kernel launches. Here every step runs the
@@ -23,8 +23,7 @@ from torch import nn
 
 from privehr.models.classifiers.losses import per_sample_loss
 from privehr.models.classifiers.training import TrainingHyperparameters, TrainingResult
-from privehr.models.dpsgd.batched import adamw_step, same_architecture, stackable
-from privehr.models.dpsgd.stacked_layers import stack_models, unstack_into
+from privehr.models.classifiers.stacking import MemberAdamW, same_architecture, stack_models, stackable, unstack_into
 
 __all__ = ["fits_together", "fit_binary_classifiers_batched"]
 
@@ -55,15 +54,10 @@ def fit_binary_classifiers_batched(models: Sequence[nn.Module], x_train, y_train
     stacked = stack_models(models).train()
     params = {name: p for name, p in stacked.named_parameters() if p.requires_grad}
     dtype = next(iter(params.values())).dtype
-    lr = torch.tensor([hp.learning_rate for hp in hps], dtype=dtype, device=device)
-    wd = torch.tensor([hp.weight_decay for hp in hps], dtype=dtype, device=device)
-    exp_avg = {name: torch.zeros_like(p) for name, p in params.items()}
-    exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}
-    everyone = torch.ones(k_models, dtype=torch.bool, device=device)
+    optimizer = MemberAdamW(params, [hp.learning_rate for hp in hps], [hp.weight_decay for hp in hps])
     generators = [torch.Generator().manual_seed(hp.seed) for hp in hps]
     losses_of = per_sample_loss(loss)
     histories: list[list[dict]] = [[] for _ in range(k_models)]
-    step = 0
     for epoch in range(1, epochs + 1):
         orders = torch.stack([torch.randperm(n, generator=g) for g in generators]).to(device)  # (K, n)
         totals = torch.zeros(k_models, dtype=dtype, device=device)
@@ -73,9 +67,7 @@ def fit_binary_classifiers_batched(models: Sequence[nn.Module], x_train, y_train
             for p in params.values():
                 p.grad = None
             means.sum().backward()  # member k's weights see only its rows: each its own batch-mean gradient
-            step += 1
-            adamw_step(params, {name: p.grad for name, p in params.items()}, exp_avg, exp_avg_sq, lr, wd, step,
-                       everyone)
+            optimizer.step({name: p.grad for name, p in params.items()})
             totals += means.detach() * (len(rows) // k_models)
         for k in range(k_models):
             histories[k].append({"epoch": epoch, "train_loss": float(totals[k]) / n})

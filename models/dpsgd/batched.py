@@ -6,7 +6,7 @@ the same on a GPU whatever the batch), so a GPU is mostly idle. Here every step 
 of two ways (``per_sample``):
 
 * ``ghost`` (where every layer can be stacked: GRU-D, logistic regression): the members are stacked into one module
-  (:mod:`privehr.models.dpsgd.stacked_layers`), their batches one after the other along the batch axis, and ghost
+  (:mod:`privehr.models.classifiers.stacking`), their batches one after the other along the batch axis, and ghost
   clipping (:mod:`privehr.models.dpsgd.ghost_clipping`) gives every row's gradient norm from its layer inputs and
   output gradients and each member's clipped sum by one batched product per layer: the single trainer's
   computation, once for the group;
@@ -57,32 +57,20 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from privehr.models.classifiers.losses import per_sample_loss
+from privehr.models.classifiers.stacking import MemberAdamW, same_architecture, stack_models, stackable, unstack_into
 from privehr.models.dpsgd.ghost_clipping import clipped_gradient_sum
-from privehr.models.dpsgd.stacked_layers import stack_models, unstack_into
 from privehr.models.dpsgd.trainer import DPSGDHyperparameters, DPSGDResult
 from privehr.models.dpsgd.noisy_step import poisson_indices
 from privehr.models.privacy.randomness import NoiseSource, gaussian_noise
 from privehr.models.privacy.release_plan import ReleasePlan
 
-__all__ = ["train_dp_sgd_batched", "same_architecture", "stackable", "adamw_step", "PER_SAMPLE",
-           "MAX_GRADIENT_ELEMENTS", "BETAS", "EPS"]
+__all__ = ["train_dp_sgd_batched", "PER_SAMPLE", "MAX_GRADIENT_ELEMENTS"]
 
 #: how a batched group takes its per-sample gradient norms and clipped sums
 PER_SAMPLE = ("auto", "ghost", "functorch")
 
 #: the per-sample gradients of one chunk of members hold at most this many floats (256 Mi, 1 GiB in float32)
 MAX_GRADIENT_ELEMENTS = 1 << 28
-#: AdamW's defaults in torch.optim.AdamW (what the single trainer uses)
-BETAS, EPS = (0.9, 0.999), 1e-8
-
-
-def same_architecture(models: Sequence[nn.Module]) -> bool:
-    """Whether ``models`` can be stacked: one class, and the same names, shapes and dtypes of parameters and buffers."""
-    def signature(m):
-        return type(m), [(k, v.shape, v.dtype, v.requires_grad if isinstance(v, nn.Parameter) else None)
-                         for k, v in [*m.named_parameters(), *m.named_buffers()]]
-    first = signature(models[0])
-    return all(signature(m) == first for m in models[1:])
 
 
 def _refuse_mixing(model: nn.Module) -> None:
@@ -103,7 +91,7 @@ def train_dp_sgd_batched(models: Sequence[nn.Module], x_train: tuple[torch.Tenso
 
     ``x_train`` are the models' positional inputs (batch first). ``progress(done, total)``, if given, is called after
     every epoch of the longest member's plan. ``per_sample``: "ghost" (the members stacked into one module,
-    :mod:`privehr.models.dpsgd.stacked_layers`, clipped by ghost clipping), "functorch" (per-sample gradients by
+    :mod:`privehr.models.classifiers.stacking`, clipped by ghost clipping), "functorch" (per-sample gradients by
     torch.func), or "auto": ghost where every layer can be stacked.
     """
     models = list(models)
@@ -125,11 +113,8 @@ def train_dp_sgd_batched(models: Sequence[nn.Module], x_train: tuple[torch.Tenso
     engine = (_GhostEngine if per_sample == "ghost" else _FunctorchEngine)(models, x_train, y_train, loss)
     params, device, records = engine.params, y_train.device, len(y_train)
     dtype = next(iter(params.values())).dtype
-    lr = torch.tensor([h.learning_rate for h in hps], dtype=dtype, device=device)
-    wd = torch.tensor([h.weight_decay for h in hps], dtype=dtype, device=device)
+    optimizer = MemberAdamW(params, [h.learning_rate for h in hps], [h.weight_decay for h in hps])
     clip = torch.tensor([p.max_grad_norm for p in plans], dtype=dtype, device=device)
-    exp_avg = {n: torch.zeros_like(v) for n, v in params.items()}
-    exp_avg_sq = {n: torch.zeros_like(v) for n, v in params.items()}
     samplers = [nz.torch_generator("sampling") for nz in noises]
     generators = [nz.torch_generator("noise", device) for nz in noises]
     steps = [p.steps for p in plans]
@@ -166,7 +151,7 @@ def train_dp_sgd_batched(models: Sequence[nn.Module], x_train: tuple[torch.Tenso
                 noise = gaussian_noise(sums[n][k].shape, std, generators[k], device, dtype)
                 rows.append((sums[n][k] + noise) / (plans[k].sample_rate * plans[k].n))
             gradient[n] = torch.stack(rows)
-        adamw_step(params, gradient, exp_avg, exp_avg_sq, lr, wd, t + 1, torch.tensor(active, device=device))
+        optimizer.step(gradient, torch.tensor(active, device=device))
         for k in range(k_models):
             if active[k]:
                 taken[k] += 1
@@ -184,15 +169,6 @@ def train_dp_sgd_batched(models: Sequence[nn.Module], x_train: tuple[torch.Tenso
     engine.write_back(models)
     return [(model, DPSGDResult(plan=plans[k], noise_source=noises[k].kind, history=history[k]))
             for k, model in enumerate(models)]
-
-
-def stackable(model: nn.Module) -> bool:
-    """Whether the members of ``model``'s architecture can be stacked into one module (ghost clipping)."""
-    try:
-        stack_models([model])
-    except ValueError:
-        return False
-    return True
 
 
 class _GhostEngine:
@@ -284,25 +260,3 @@ class _FunctorchEngine:
                 for n, p in model.named_parameters():
                     if n in self.params:
                         p.copy_(self.params[n][k])
-
-
-def adamw_step(params, grads, exp_avg, exp_avg_sq, lr, wd, step: int, active: torch.Tensor) -> None:
-    """torch.optim.AdamW's update (decoupled weight decay, bias corrections) of every active member, each at its own
-    learning rate and weight decay; inactive members (their plan's steps taken) keep their weights and state. All
-    active members are at the same step count: every member starts at step 1 and stops at its T."""
-    beta1, beta2 = BETAS
-    correction1, correction2 = 1 - beta1 ** step, 1 - beta2 ** step
-    for n, p in params.items():
-        shape = (-1, *[1] * (p.dim() - 1))
-        p = p.detach()
-        on = active.view(shape)
-        g = grads[n]
-        new_p = p * (1 - lr * wd).view(shape)
-        m = exp_avg[n].lerp(g, 1 - beta1)
-        v = exp_avg_sq[n] * beta2 + (1 - beta2) * g * g
-        denom = (v.sqrt() / math.sqrt(correction2)) + EPS
-        new_p = new_p - (lr / correction1).view(shape) * m / denom
-        with torch.no_grad():  # in place: the ghost engine's stacked module reads these parameters
-            p.copy_(torch.where(on, new_p, p))
-        exp_avg[n] = torch.where(on, m, exp_avg[n])
-        exp_avg_sq[n] = torch.where(on, v, exp_avg_sq[n])

@@ -73,7 +73,8 @@ import torch
 from torch import nn
 
 from privehr.core.config import FineGrainedClipping
-from privehr.models.dpsgd.ghost_clipping import Call, clipped_gradient_sum, clipped_layers, collect_calls, rule_of
+from privehr.models.dpsgd.ghost_clipping import clipped_gradient_sum, clipped_layers, collect_calls
+from privehr.models.dpsgd.rules import Call, rule_of
 
 __all__ = ["CLIPPING_MODES", "layer_thresholds", "stochastic_sparsify", "fine_grained_clipped_sum",
            "per_sample_gradients"]

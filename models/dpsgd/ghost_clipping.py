@@ -6,6 +6,8 @@ vmaps over the batch (functorch). Here the forward pass keeps each layer's input
 backward of sum_i l_i reaches the layer outputs only (B = dl/dy), and every layer's contribution to
 ||g_i||^2 and to the clipped sum is computed from (A, B) by the layer's rule:
 
+Each layer type's rule is a file of :mod:`privehr.models.dpsgd.rules`:
+
 * ``nn.Linear`` used K times per sample (at K time steps, or on a (batch, K, in) input), with the
   sample's tokens A_i (K x in) and B_i (K x out): g_i = B_i^T A_i for the weight, so
 
@@ -54,62 +56,13 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from privehr.models.classifiers.grud import InputDecay
-from privehr.models.nf.made import MaskedLinear
+from privehr.models.dpsgd.rules import GHOST_RULES, Call, rule_of
 
-__all__ = ["GhostRule", "GHOST_RULES", "register_ghost_rule", "clipped_gradient_sum", "clipped_layers", "collect_calls",
-           "rule_of", "Call"]
-
-
-@dataclass
-class Call:
-    """A layer's forward calls joined per sample: inputs A (batch, K, in), outputs (batch, K, out) and
-    B = dl/d(output) (batch, K, out), K the tokens per sample over all calls (time steps, sequence positions)."""
-
-    activation: torch.Tensor
-    output: torch.Tensor | None  # only for rules with ``needs_output``
-    backprop: torch.Tensor
-    cache: dict = field(default_factory=dict)
-
-
-class GhostRule:
-    """How one layer type contributes to per-sample squared norms and to the clipped sum."""
-
-    needs_output = False  # whether the rule reads the layer's output (else it is not kept)
-
-    def squared_norms(self, layer: nn.Module, call: Call) -> torch.Tensor:
-        """(batch,) sum of squared per-sample gradient entries over the layer's trainable parameters."""
-        raise NotImplementedError
-
-    def clipped_sums(self, layer: nn.Module, call: Call, scale: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
-        """{parameter: sum_i scale_i g_i} for the layer's trainable parameters."""
-        raise NotImplementedError
-
-    def per_sample_gradients(self, layer: nn.Module, call: Call) -> dict[nn.Parameter, torch.Tensor]:
-        """{parameter: (batch, *shape)} per-sample gradients, materialised (clipping modes that need the entries,
-        :mod:`privehr.models.dpsgd.fine_grained_clipping`). By default one clipped sum per sample with a one-hot scale: correct
-        for any rule, slow; rules override it with a closed form."""
-        b = call.backprop
-        rows = [self.clipped_sums(layer, call, torch.eye(len(b), dtype=b.dtype, device=b.device)[i])
-                for i in range(len(b))]
-        return {p: torch.stack([r[p] for r in rows]) for p in rows[0]} if rows else {}
-
-
-GHOST_RULES: dict[type, GhostRule] = {}
-
-
-def register_ghost_rule(*module_types: type):
-    """Class decorator: an instance of the rule handles exactly these module types."""
-    def register(rule_cls):
-        for t in module_types:
-            GHOST_RULES[t] = rule_cls()
-        return rule_cls
-    return register
+__all__ = ["clipped_gradient_sum", "clipped_layers", "collect_calls"]
 
 
 def _join(parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], batch: int, needs_output: bool) -> Call:
@@ -120,181 +73,6 @@ def _join(parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], batch: i
     b = tokens([p[2] for p in parts])
     out = tokens([p[1].detach() for p in parts]) if needs_output else None
     return Call(tokens([p[0] for p in parts]).to(b.dtype), out, b)
-
-
-def _gram_norms(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """An upper bound on ||sum_k B_k^T A_k||_F^2 per sample from the K x K Grams, rounding included.
-
-    sum_{k,k'} (A_k . A_k')(B_k . B_k') can cancel: a sample whose hourly terms nearly cancel has a true
-    squared norm far below the Gram sum's rounding error, and a crafted record could then add several C
-    to the clipped sum (found by an attack on this code: 2.5 C with float32 Grams at GRU-D's shapes). The
-    error of the computed sum is at most (gamma_in + gamma_out + gamma_{K^2} + 3 eps) S with
-    S = sum_{k,k'} |A_k||A_k'||B_k||B_k'| = (sum_k |A_k||B_k|)^2 (standard dot-product bounds, gamma_n <= n eps,
-    any summation order); twice that is added, so the norm used for clipping is never below the true one.
-    On ordinary data S is about twice the squared norm and the margin is ~1e-4 of it."""
-    ga, gb = torch.bmm(a, a.transpose(1, 2)), torch.bmm(b, b.transpose(1, 2))
-    squared = (ga * gb).sum((1, 2))
-    tokens = (ga.diagonal(dim1=1, dim2=2).clamp(min=0) * gb.diagonal(dim1=1, dim2=2).clamp(min=0)).sqrt().sum(1)
-    k, d_in, d_out = a.shape[1], a.shape[2], b.shape[2]
-    margin = 2 * (d_in + d_out + k * k + 3) * torch.finfo(b.dtype).eps * tokens.square()
-    return (squared + margin).clamp(min=0)
-
-
-def _linear_per_sample(layer: nn.Module, call: Call, mask: torch.Tensor | None = None) -> dict:
-    """Per-sample gradients of a (masked) linear layer: sum_k B_ik^T A_ik (times the mask), sum_k B_ik."""
-    a, b = call.activation, call.backprop
-    grads = {}
-    if layer.weight.requires_grad:
-        weight = torch.einsum("bko,bki->boi", b, a)
-        grads[layer.weight] = weight if mask is None else weight * mask
-    if layer.bias is not None and layer.bias.requires_grad:
-        grads[layer.bias] = b.sum(1)
-    return grads
-
-
-def _linear_sums(layer: nn.Module, call: Call, scale: torch.Tensor, mask: torch.Tensor | None = None) -> dict:
-    """sum_i scale_i g_i of a (masked) linear layer: from the per-sample gradients the norms were taken of where
-    they were materialised, else one GEMM (scale * B)^T A over every token (then masked)."""
-    a, b = call.activation, call.backprop
-    sums = {}
-    if layer.weight.requires_grad:
-        if "weight" in call.cache:
-            sums[layer.weight] = (scale @ call.cache["weight"].flatten(1)).view_as(layer.weight)
-        else:
-            weight = (b * scale[:, None, None]).reshape(-1, b.shape[-1]).T @ a.reshape(-1, a.shape[-1])
-            sums[layer.weight] = weight if mask is None else weight * mask
-    if layer.bias is not None and layer.bias.requires_grad:
-        sums[layer.bias] = scale @ b.sum(1)
-    return sums
-
-
-@register_ghost_rule(nn.Linear)
-class LinearRule(GhostRule):
-    def squared_norms(self, layer, call):
-        a, b = call.activation, call.backprop
-        k, d_in, d_out = a.shape[1], a.shape[2], b.shape[2]
-        total = torch.zeros(len(a), dtype=b.dtype, device=b.device)
-        if layer.weight.requires_grad:
-            if k == 1:
-                total += torch.linalg.vector_norm(a[:, 0], dim=1).square() * torch.linalg.vector_norm(b[:, 0], dim=1).square()
-            elif k * (d_in + d_out) <= d_in * d_out:  # ghost norm: two K x K Grams per sample
-                total += _gram_norms(a, b)
-            else:  # the per-sample (out x in) gradient is smaller than the Grams: kept for the clipped sum
-                call.cache["weight"] = torch.bmm(b.transpose(1, 2), a)
-                total += call.cache["weight"].square().sum((1, 2))
-        if layer.bias is not None and layer.bias.requires_grad:
-            total += b.sum(1).square().sum(1)
-        return total
-
-    def clipped_sums(self, layer, call, scale):
-        return _linear_sums(layer, call, scale)
-
-    def per_sample_gradients(self, layer, call):
-        return _linear_per_sample(layer, call)
-
-
-def _masked_gram_norms(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-    """An upper bound on ||(sum_k B_k^T A_k) * M||_F^2 per sample, rounding included, from K x K Grams per group of
-    identical mask rows. Output units j whose rows M_j are the same row m_r see the same inputs, so
-
-        ||(B^T A) * M||^2 = sum_r sum_{k,k'} [sum_{j in r} B_kj B_k'j] [sum_i m_ri^2 A_ki A_k'i],
-
-    two (K x K) Grams per group r: K^2 R (in + out) numbers where the masked gradient has K in out. A MADE's
-    mask has at most D distinct rows (one per degree), so at DP-HFlow's shapes (a conditioner used by 3 blocks,
-    276 outputs, R = 12) a whole DP-HFlow fit was 2.9-3.4 times faster than materialising (bench/hflow_cost.py).
-    Each group's sum is the Gram norm of (A * m_r, B restricted to r), so :func:`_gram_norms`' rounding margin
-    applies per group, with K^2 R terms in the final sum (and the rounding of m^2 and of the products before the sums, within its factor 2).
-    The Grams are formed in float64 whatever the inputs' precision: float32 squares underflow below 1e-19 (an
-    absolute error the relative margin misses) and overflow above 2e19 (inf - inf: a NaN norm); both found by an
-    attack on this code, and neither reaches float64's range from float32 inputs. ``rows``, ``group``: the mask's
-    distinct rows and each output's row (``torch.unique(mask, dim=0, return_inverse=True)``)."""
-    k, d_in, d_out = a.shape[1], a.shape[2], b.shape[2]
-    wide = torch.float64
-    a, b, rows = a.to(wide), b.to(wide), rows.to(wide)
-    members = torch.zeros(d_out, len(rows), dtype=wide, device=b.device)
-    members[torch.arange(d_out, device=b.device), group] = 1
-    ga = (a[:, :, None, :] * a[:, None, :, :]).flatten(1, 2) @ rows.square().T  # (batch, K^2, R)
-    gb = (b[:, :, None, :] * b[:, None, :, :]).flatten(1, 2) @ members
-    squared = (ga * gb).sum((1, 2))
-    diagonal = torch.arange(k, device=b.device) * (k + 1)  # the (k, k) entries of the flattened K x K Grams
-    tokens = (ga[:, diagonal].clamp(min=0) * gb[:, diagonal].clamp(min=0)).sqrt().sum(1)  # (batch, R)
-    margin = 2 * (d_in + d_out + k * k * len(rows) + 3) * torch.finfo(wide).eps * tokens.square().sum(1)
-    return (squared + margin).clamp(min=0)
-
-
-def masked_grams_pay(tokens: int, groups: int, d_in: int, d_out: int) -> bool:
-    """Whether a masked layer's norms come from grouped Grams (K^2 R (in + out) numbers, small tensors) rather than
-    the materialised (out x in) gradient ((K + 2) in out operations, written to memory): the factor 2 is for the
-    memory traffic the Grams avoid."""
-    return tokens * tokens * groups * (d_in + d_out) <= 2 * (tokens + 2) * d_in * d_out
-
-
-@register_ghost_rule(MaskedLinear)
-class MaskedLinearRule(GhostRule):
-    def squared_norms(self, layer, call):
-        a, b = call.activation, call.backprop
-        k, d_in, d_out = a.shape[1], a.shape[2], b.shape[2]
-        total = torch.zeros(len(a), dtype=b.dtype, device=b.device)
-        if layer.weight.requires_grad:
-            if k == 1:  # sum_j B_j^2 sum_i M_ji^2 A_i^2 (M^2 = M for MADE's binary masks)
-                total += (b[:, 0].square() * (a[:, 0].square() @ layer.mask.square().T)).sum(1)
-            else:
-                rows, group = torch.unique(layer.mask, dim=0, return_inverse=True)
-                if masked_grams_pay(k, len(rows), d_in, d_out):
-                    wide = _masked_gram_norms(a, b, rows, group)  # float64; rounded up into the batch's precision
-                    total += (wide * (1 + torch.finfo(b.dtype).eps)).to(b.dtype)
-                else:  # the masked per-sample gradients, kept for the clipped sum
-                    call.cache["weight"] = torch.bmm(b.transpose(1, 2), a) * layer.mask
-                    total += call.cache["weight"].square().sum((1, 2))
-        if layer.bias.requires_grad:
-            total += b.sum(1).square().sum(1)
-        return total
-
-    def clipped_sums(self, layer, call, scale):
-        return _linear_sums(layer, call, scale, layer.mask)
-
-    def per_sample_gradients(self, layer, call):
-        return _linear_per_sample(layer, call, layer.mask)
-
-
-@register_ghost_rule(InputDecay)
-class InputDecayRule(GhostRule):
-    """dl_i/dw = -sum_t G_it gamma_it delta_it 1[pre_it > 0], dl_i/db the same without delta (F entries each)."""
-
-    needs_output = True
-
-    @staticmethod
-    def _per_sample(layer, call) -> dict[nn.Parameter, torch.Tensor]:
-        if "grads" not in call.cache:
-            delta = call.activation  # the pre-activation as the forward computes it (same ops, same rounding at 0)
-            pre = torch.addcmul(layer.bias.detach(), delta, layer.weight.detach())  # as InputDecay's forward
-            common = (call.backprop * call.output).mul_(pre > 0)
-            grads = {}
-            if layer.bias.requires_grad:
-                grads[layer.bias] = common.sum(1).neg_()
-            if layer.weight.requires_grad:
-                grads[layer.weight] = common.mul_(delta).sum(1).neg_()
-            call.cache["grads"] = grads
-        return call.cache["grads"]
-
-    def squared_norms(self, layer, call):
-        grads = self._per_sample(layer, call)
-        return sum((g.square().sum(1) for g in grads.values()),
-                   torch.zeros(len(call.backprop), dtype=call.backprop.dtype, device=call.backprop.device))
-
-    def clipped_sums(self, layer, call, scale):
-        return {p: scale @ g for p, g in self._per_sample(layer, call).items()}
-
-    def per_sample_gradients(self, layer, call):
-        return dict(self._per_sample(layer, call))
-
-
-def rule_of(module: nn.Module) -> GhostRule | None:
-    """The registered rule of ``module``'s type (or of its nearest registered base class)."""
-    for t in type(module).__mro__:
-        if t in GHOST_RULES:
-            return GHOST_RULES[t]
-    return None
 
 
 def clipped_layers(model: nn.Module) -> list[nn.Module]:

@@ -17,7 +17,7 @@ Per-sample clipping, ``grad_sample_mode``:
   (:mod:`privehr.models.dpsgd.noisy_step`). GRU-D's recurrent weights are used at every hour: their norms come from
   24 x 24 Grams per sample.
 * ``"hooks"`` / ``"functorch"``: Opacus's PrivacyEngine (per-sample gradients by its hooks, with
-  privehr's rules of :mod:`privehr.models.dpsgd.grad_samplers`, or by vmap). The trainer checks that Opacus's sampler
+  privehr's rules of :mod:`privehr.models.dpsgd.rules`, or by vmap). The trainer checks that Opacus's sampler
   drew at rate q and that its optimizer noised exactly T steps at sigma. (Opacus alone would take
   int(1/q) steps an epoch, one fewer than ceil(n/b) for some n, e.g. 92 for 93 batches, and books q
   as 1/int(1/q): the plan's rate and steps are what actually happens here.)
@@ -58,7 +58,7 @@ from opacus.data_loader import DPDataLoader
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import privehr.models.dpsgd.grad_samplers  # noqa: F401  (registers Opacus rules for privehr's layers)
+import privehr.models.dpsgd.rules  # noqa: F401  (registers Opacus rules for privehr's layers)
 from privehr.core.config import DPSGDClipping, DPSGDSettings
 from privehr.models.classifiers.losses import binary_loss, per_sample_loss
 from privehr.models.dpsgd.noisy_step import ghost_steps

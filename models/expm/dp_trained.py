@@ -52,7 +52,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from privehr.models.classifiers.logistic_regression import LogisticRegression
-from privehr.models.dpsgd.batched import adamw_step
+from privehr.models.classifiers.stacking import MemberAdamW
 from privehr.models.dpsgd.noisy_step import clipped_sum, poisson_indices, set_noised_gradients
 from privehr.models.dpsgd.step_history import run_steps
 from privehr.models.expm.batched_utility import BatchedUtility
@@ -206,10 +206,8 @@ def train_dp_expm_many(utility: BatchedUtility, hps: list[DPExpMHyperparameters]
     flows = [gaussian_parameter_flow(utility.dim, hp.init_scale).to(device, dtype) for hp in hps]
     params = {"shift": torch.stack([f.shift.detach() for f in flows]),
               "log_scale": torch.stack([f.log_scale.detach() for f in flows])}          # (K, D) each
-    exp_avg = {n: torch.zeros_like(v) for n, v in params.items()}
-    exp_avg_sq = {n: torch.zeros_like(v) for n, v in params.items()}
+    optimizer = MemberAdamW(params, [hp.learning_rate for hp in hps], [0.0] * k_flows)  # Adam: no weight decay
     vector = lambda values: torch.tensor(values, dtype=dtype, device=device)  # noqa: E731
-    lr, no_decay = vector([hp.learning_rate for hp in hps]), vector([0.0] * k_flows)
     tau = vector([hp.temperature / 2 for hp in hps])
     clip = vector([p.max_grad_norm for p in plans])
     l1_term = tau * vector([hp.l1 for hp in hps]) / m
@@ -269,7 +267,7 @@ def train_dp_expm_many(utility: BatchedUtility, hps: list[DPExpMHyperparameters]
                 noised = (sums[n][k] + gaussian_noise(sums[n][k].shape, std, generators[k], device, dtype)) / expected
                 rows.append(noised + shared[n][k] / plans[k].n)
             gradient[n] = torch.stack(rows)
-        adamw_step(params, gradient, exp_avg, exp_avg_sq, lr, no_decay, t + 1, torch.tensor(active, device=device))
+        optimizer.step(gradient, torch.tensor(active, device=device))
         if progress is not None and ((t + 1) % max(longest // 10, 1) == 0 or t + 1 == longest):
             progress(t + 1, longest)
     with torch.no_grad():

@@ -11,7 +11,7 @@ The free-energy bound F = E_q[log q(theta) - log p(x, theta)] splits into per-re
     theta_j = F_lambda(z_j),  z_j ~ q0,
 
 and each step clips every sampled record's gradient g_i = grad_lambda l_i to norm C, adds N(0, sigma^2 C^2 I) to
-the sum and divides by the expected batch q n, exactly as :mod:`privehr.models.nf.dp_nf` trains a density. sigma, q, T and C
+the sum and divides by the expected batch q n, exactly as :mod:`privehr.models.dpsgd.density` trains a density. sigma, q, T and C
 come from the release's :class:`~privehr.models.privacy.release_plan.ReleasePlan` (mu-GDP budget, epsilon by PRV, RDP and PLD);
 the Poisson sampling, the noise and the Monte Carlo draws z come from its :class:`~privehr.models.privacy.randomness.NoiseSource`.
 

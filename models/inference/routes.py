@@ -6,7 +6,7 @@ References:
 
 (a) **DP-NF-VI** (:func:`private_posterior`): a variational flow over the parameters trained on the records by
     DP-SGD (:mod:`privehr.models.inference.dp_vi`, Algorithm 2), the released flow then sampled (post-processing).
-(b) **VI on DP synthetic data** (:func:`synthetic_posterior`): a DP-NF density of the records (:mod:`privehr.models.nf.dp_nf`,
+(b) **VI on DP synthetic data** (:func:`synthetic_posterior`): a DP-NF density of the records (:mod:`privehr.models.dpsgd.density`,
     Algorithm 1), ``datasets`` synthetic tables drawn from it, ordinary NF-VI on each (post-processing: no
     further privacy cost), and the posteriors pooled by concatenating equally many draws of each (the mixture of
     the per-table posteriors, as multiple imputation pools).
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from privehr.models.classifiers import seeded_build  # initial weights: public, seeded under one lock across threads
-from privehr.models.nf.dp_nf import DensityHyperparameters, DensityRelease, train_density
+from privehr.models.dpsgd.density import DensityHyperparameters, DensityRelease, train_density
 from privehr.models.inference.dp_vi import VIHyperparameters, VIRelease, posterior_summary, train_vi, untemper
 from privehr.models.inference.likelihood import Likelihood
 from privehr.models.nf.maf import MAF

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from privehr.models.dpsgd.batched import same_architecture, train_dp_sgd_batched
+from privehr.models.classifiers.stacking import same_architecture
+from privehr.models.dpsgd.batched import train_dp_sgd_batched
 from privehr.models.dpsgd.trainer import DPSGDHyperparameters, train_dp_sgd
 from privehr.models.methods.base import ClassifierMethod, register_method
 from privehr.models.privacy.release_plan import ReleasePlan

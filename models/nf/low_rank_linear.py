@@ -23,11 +23,11 @@ gradient of sample i is not only the paper's eq. (4) but
 
 giving dl_i/dA = G_i (B x_i)^T + c_i d(log|det W|)/dA, dl_i/dB = A^T G_i x_i^T + c_i d(log|det W|)/dB,
 dl_i/dlog_s = s * (G_i . x_i) + c_i d(log|det W|)/dlog_s and dl_i/db = G_i (eq. (4) plus a term that is
-the same for every sample up to c_i). For ghost clipping (:mod:`privehr.models.dpsgd.ghost_clipping`: a layer's
+the same for every sample up to c_i). For ghost clipping (:mod:`privehr.models.dpsgd.rules.low_rank_linear`: a layer's
 forward hook keeps its input, one backward gives dl/d(output)) both G_i and c_i must be outputs of
 the layer, so :meth:`LowRankLinear.forward` returns [z, log|det W|] as one (..., D + 1) tensor, the
 log-det repeated per row; :meth:`LowRankLinear.transform` splits it. The rule
-(:class:`LowRankLinearRule`) recomputes B x_i from the kept input (the paper's stored intermediate),
+(``LowRankLinearRule``) recomputes B x_i from the kept input (the paper's stored intermediate),
 takes the parameter-only gradient of log|det W| by one small autograd call, and materialises the
 per-sample gradients: D (2r + 2) numbers per sample and per call, cheap for any table width (the paper
 extends Lee and Kifer, "Scaling up Differentially Private Deep Learning with Fast Per-Example
@@ -42,9 +42,7 @@ import math
 import torch
 from torch import nn
 
-from privehr.models.dpsgd.ghost_clipping import Call, GhostRule, register_ghost_rule
-
-__all__ = ["LowRankLinear", "LowRankLinearRule"]
+__all__ = ["LowRankLinear"]
 
 
 class LowRankLinear(nn.Module):
@@ -95,43 +93,3 @@ class LowRankLinear(nn.Module):
         v = (z - self.bias) * torch.exp(-self.log_scale)
         correction = torch.linalg.solve(self._capacitance(), (v @ self.right.T).T).T @ self.left.T
         return v - correction * torch.exp(-self.log_scale)
-
-
-@register_ghost_rule(LowRankLinear)
-class LowRankLinearRule(GhostRule):
-    """Per-sample gradients of a :class:`LowRankLinear` from its input x_i and dl_i/d[z, log|det W|] (module doc)."""
-
-    def per_sample_gradients(self, layer: LowRankLinear, call: Call) -> dict[nn.Parameter, torch.Tensor]:
-        """{parameter: (batch, *shape)}: every trainable parameter's per-sample gradient (cached on the call)."""
-        if "grads" in call.cache:
-            return call.cache["grads"]
-        x, back = call.activation, call.backprop
-        g, c = back[..., :-1], back[..., -1].sum(1)  # G (batch, K, D), c (batch,)
-        in_log_det = [p for p in (layer.log_scale, layer.left, layer.right) if p.requires_grad]
-        log_det_grads = {}
-        if in_log_det:
-            with torch.enable_grad():
-                log_det_grads = dict(zip(in_log_det, torch.autograd.grad(layer.log_abs_det(), in_log_det)))
-        left, right = layer.left.detach().to(g.dtype), layer.right.detach().to(g.dtype)
-        grads = {}
-        if layer.log_scale.requires_grad:
-            grads[layer.log_scale] = (g * x).sum(1) * layer.log_scale.detach().exp()
-        if layer.left.requires_grad:  # G (B x)^T, eq. (4)
-            grads[layer.left] = torch.einsum("bkd,bkr->bdr", g, x @ right.T)
-        if layer.right.requires_grad:  # A^T G x^T, eq. (4)
-            grads[layer.right] = torch.einsum("bkd,dr,bke->bre", g, left, x)
-        for p, term in log_det_grads.items():
-            grads[p] = grads[p] + c.view(-1, *[1] * term.dim()) * term.to(g.dtype)
-        if layer.bias.requires_grad:
-            grads[layer.bias] = g.sum(1)
-        call.cache["grads"] = grads
-        return grads
-
-    def squared_norms(self, layer, call):
-        total = torch.zeros(len(call.backprop), dtype=call.backprop.dtype, device=call.backprop.device)
-        for g in self.per_sample_gradients(layer, call).values():
-            total = total + g.flatten(1).square().sum(1)
-        return total
-
-    def clipped_sums(self, layer, call, scale):
-        return {p: torch.tensordot(scale, g, 1) for p, g in self.per_sample_gradients(layer, call).items()}

@@ -10,7 +10,7 @@ the network is autoregressive. Here it outputs, for each input dimension, a shif
 scale alpha_d (the Gaussian MADE of MAF).
 
 For Opacus the mask is a *frozen parameter*, not a buffer: Opacus refuses trainable modules with
-buffers. :func:`privehr.models.dpsgd.grad_samplers.compute_masked_linear_grad_sample` gives the per-sample rule.
+buffers. :mod:`privehr.models.dpsgd.rules.masked_linear` gives its per-sample rules.
 """
 
 from __future__ import annotations

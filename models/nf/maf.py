@@ -13,7 +13,7 @@ and log p(x) = log N(u_K; 0, I) + sum_k log|det_k|. Sampling inverts each block 
 time (D passes per block). No batch norm (it mixes samples and releases un-noised running
 statistics: the code of Su et al. 2023); no data-initialised ActNorm: every parameter starts data-independent,
 so the whole model can be trained by DP-SGD with per-sample gradients (Opacus hooks, the rule for
-:class:`~privehr.models.nf.made.MaskedLinear` in :mod:`privehr.models.dpsgd.grad_samplers`).
+:class:`~privehr.models.nf.made.MaskedLinear` in :mod:`privehr.models.dpsgd.rules.masked_linear`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from privehr.models.privacy.budget_kinds import budget_kind
 from privehr.models.classifiers import seeded_build
 from privehr.models.synthesis.codec import TableCodec
 from privehr.models.device import resolve_device
-from privehr.models.nf.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density
+from privehr.models.dpsgd.density import DensityHyperparameters, mean_log_likelihood, train_density
 from privehr.models.nf.hflow import HFlow
 from privehr.models.nf.maf import MAF
 from privehr.models.privacy.ledger import LedgerEntry

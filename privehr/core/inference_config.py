@@ -43,7 +43,7 @@ class RecordDensityConfig(DPNFConfig):
     """The DP-NF of the records in route (b) (Su et al. 2023: one MADE of 10 hidden units with batch norm, RMSprop
     at lr 0.01 decaying by 0.999 per step, T = 8000, q = 500/6000, C = 10); here two MADE blocks of 16 hidden units, no
     batch norm (training-mode batch norm mixes records and releases un-noised statistics), and Adam at a constant
-    lr 0.01 (privehr's DP-NF trainer, privehr.models.nf.dp_nf)."""
+    lr 0.01 (privehr's DP-NF trainer, privehr.models.dpsgd.density)."""
 
     blocks: int = Field(2, ge=1, description="MADE blocks, reversed order between blocks")
     hidden_size: int = Field(16, ge=2)

@@ -110,8 +110,7 @@ def test_a_group_must_share_an_architecture_and_never_mix_records(plans):
 
 
 def test_a_stacked_group_refuses_layers_without_a_stacked_rule_and_differing_buffers():
-    from privehr.models.dpsgd.batched import stackable
-    from privehr.models.dpsgd.stacked_layers import stack_models
+    from privehr.models.classifiers.stacking import stack_models, stackable
     from privehr.models.nf.made import MaskedLinear
 
     assert stackable(GRUD(4, 6)) and stackable(LogisticRegression(16))
@@ -128,7 +127,7 @@ def test_a_padded_row_adds_nothing_and_a_member_with_an_empty_batch_still_takes_
     """Member 1 samples at a rate so small that its batches are empty: its rows are all padding; it still takes
     its T noised steps (an empty Poisson batch is a step of DP-SGD), exactly as the single trainer does."""
     from privehr.models.dpsgd.ghost_clipping import clipped_gradient_sum
-    from privehr.models.dpsgd.stacked_layers import stack_models
+    from privehr.models.classifiers.stacking import stack_models
 
     (values, mask, delta), y = _records()
     models = []
@@ -160,7 +159,7 @@ def test_each_members_per_sample_norms_in_a_stacked_group_are_torch_funcs_for_th
 
     from privehr.models.classifiers import build_classifier, classifier_inputs
     from privehr.models.dpsgd.ghost_clipping import clipped_gradient_sum
-    from privehr.models.dpsgd.stacked_layers import stack_models
+    from privehr.models.classifiers.stacking import stack_models
 
     (values, mask, delta), y = _records()
     inputs = tuple(x.double() for x in classifier_inputs(model_name, values, mask, delta))

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from privehr.models.nf.dp_nf import DensityHyperparameters, train_density
+from privehr.models.dpsgd.density import DensityHyperparameters, train_density
 from privehr.models.dpsgd.fine_grained_clipping import (fine_grained_clipped_sum, layer_thresholds, per_sample_gradients,
                                           stochastic_sparsify)
 from privehr.models.dpsgd.ghost_clipping import clipped_gradient_sum

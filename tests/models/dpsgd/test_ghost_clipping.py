@@ -181,7 +181,7 @@ class _SharedConditioner(nn.Module):
 def test_a_made_used_by_several_blocks_takes_the_grouped_grams_and_matches_torch_func(clip):
     """A MADE's mask has one row per degree: its norms come from K x K Grams per group of rows (DP-HFlow's
     conditioner, 3 blocks), and they and the clipped sums equal torch.func's per-sample gradients."""
-    from privehr.models.dpsgd.ghost_clipping import masked_grams_pay
+    from privehr.models.dpsgd.rules.masked_linear import masked_grams_pay
 
     model = _SharedConditioner()
     for layer in (model.net.hidden[0], model.net.output):
@@ -203,7 +203,7 @@ def test_cancelling_tokens_cannot_slip_under_the_clip_of_a_masked_layer():
     v1 = torch.randn(batch, 1, 32, generator=g) * 300
     a = torch.cat([a1, a1 * (1 + 1e-6 * (1 + torch.rand(batch, 1, 1, generator=g)))], 1)
     v = torch.cat([v1, -v1], 1)
-    from privehr.models.dpsgd.ghost_clipping import masked_grams_pay
+    from privehr.models.dpsgd.rules.masked_linear import masked_grams_pay
 
     assert masked_grams_pay(2, len(torch.unique(mask, dim=0)), 6, 32)  # the grouped Grams are what is attacked
     layer = MaskedLinear(mask)

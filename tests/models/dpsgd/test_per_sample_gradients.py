@@ -5,7 +5,7 @@ import torch
 from opacus import GradSampleModule
 from torch.func import functional_call, grad, vmap
 
-import privehr.models.dpsgd.grad_samplers  # noqa: F401
+import privehr.models.dpsgd.rules  # noqa: F401
 from privehr.models.classifiers.grud import GRUD
 from privehr.models.classifiers.logistic_regression import LogisticRegression
 from privehr.models.classifiers.losses import binary_loss

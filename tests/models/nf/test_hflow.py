@@ -10,7 +10,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from privehr.models.nf.dequantization import VariationalDequantizer, discrete_to_flow, flow_to_discrete
-from privehr.models.nf.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density
+from privehr.models.dpsgd.density import DensityHyperparameters, mean_log_likelihood, train_density
 from privehr.models.dpsgd.ghost_clipping import clipped_gradient_sum, clipped_layers
 from privehr.models.nf.hflow import HFlow
 from privehr.models.nf.low_rank_linear import LowRankLinear

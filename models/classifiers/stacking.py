@@ -1,17 +1,14 @@
-"""K models of one architecture as one module, for ghost clipping of a batched group
-(:mod:`privehr.models.dpsgd.batched`).
+"""K models of one architecture as one module, and AdamW for each member: how a group of fits trains together.
 
 :func:`stack_models` copies the first model and replaces each of its layers by a stacked layer holding the K members'
 weights along a leading axis: :class:`StackedLinear` for ``nn.Linear``, :class:`StackedInputDecay` for GRU-D's
 :class:`~privehr.models.classifiers.grud.InputDecay`. The stacked module takes the K members' batches one after the
 other along the batch axis (K x B rows, member-major) and applies member k's weights to rows k B ... (k + 1) B - 1
 (one batched matrix product per layer), so the model's own forward runs unchanged: GRU-D's 24-hour loop runs once
-for the whole group instead of once per member.
-
-Each stacked layer has a ghost-clipping rule (:mod:`privehr.models.dpsgd.ghost_clipping`). A row's gradient touches
-only its own member's weights, so its norm is the single layer's (the same Grams of its inputs and output
-gradients: the rules below inherit the norms), and the clipped sum is one batched product per layer, one (out x in)
-sum per member. Fine-grained clipping modes need per-sample gradients in the member's shape and are not supported.
+for the whole group instead of once per member. :class:`MemberAdamW` is torch's AdamW for every member at once, each
+at its own learning rate and weight decay. Stacking is not DP: the non-private trainer
+(:mod:`privehr.models.classifiers.batched_training`) and DP-SGD's batched groups (:mod:`privehr.models.dpsgd.batched`,
+whose per-layer clipping rules for the stacked layers are in :mod:`privehr.models.dpsgd.rules`) both build on it.
 
 >>> from torch import nn
 >>> members = [nn.Sequential(nn.Linear(3, 2), nn.Tanh(), nn.Linear(2, 1)) for _ in range(4)]
@@ -24,15 +21,19 @@ True
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from privehr.models.classifiers.grud import InputDecay
-from privehr.models.dpsgd.ghost_clipping import InputDecayRule, LinearRule, register_ghost_rule, rule_of
 
-__all__ = ["StackedLinear", "StackedInputDecay", "stack_models", "unstack_into"]
+__all__ = ["StackedLinear", "StackedInputDecay", "stack_models", "unstack_into", "stackable", "same_architecture",
+           "MemberAdamW", "BETAS", "EPS"]
+
+#: AdamW's defaults in torch.optim.AdamW (what the single trainers use)
+BETAS, EPS = (0.9, 0.999), 1e-8
 
 
 class StackedLinear(nn.Module):
@@ -74,55 +75,6 @@ class StackedInputDecay(nn.Module):
         return torch.exp(-torch.relu(torch.addcmul(b, delta, w)))
 
 
-def _per_member(total: torch.Tensor, members: int) -> torch.Tensor:
-    """Sum the (K B, ...) rows of each member: (K, ...)."""
-    return total.reshape(members, -1, *total.shape[1:]).sum(1)
-
-
-@register_ghost_rule(StackedLinear)
-class StackedLinearRule(LinearRule):
-    """Norms as ``nn.Linear``'s (a row's gradient is B_i^T A_i on its member's weight); clipped sums per member:
-    (c B)^T A over each member's rows, one batched product."""
-
-    def clipped_sums(self, layer, call, scale):
-        a, b, k = call.activation, call.backprop, layer.members
-        sums = {}
-        if layer.weight.requires_grad:
-            if "weight" in call.cache:  # the per-sample gradients the norms were taken of
-                sums[layer.weight] = _per_member(scale[:, None, None] * call.cache["weight"], k)
-            else:
-                scaled = (b * scale[:, None, None]).reshape(k, -1, b.shape[-1])
-                sums[layer.weight] = torch.bmm(scaled.transpose(1, 2), a.reshape(k, -1, a.shape[-1]))
-        if layer.bias is not None and layer.bias.requires_grad:
-            sums[layer.bias] = _per_member(scale[:, None] * b.sum(1), k)
-        return sums
-
-    def per_sample_gradients(self, layer, call):
-        raise NotImplementedError("a stacked group is clipped flat (one threshold per member): fine-grained clipping "
-                                  "trains one model at a time")
-
-
-@register_ghost_rule(StackedInputDecay)
-class StackedInputDecayRule(InputDecayRule):
-    """InputDecay's closed form with each row's own member's w and b; sums per member."""
-
-    @staticmethod
-    def _per_sample(layer, call):
-        if "grads" not in call.cache:
-            delta = call.activation  # (K B, T, F)
-            w = layer.rows(layer.weight.detach(), len(delta))[:, None, :]
-            b = layer.rows(layer.bias.detach(), len(delta))[:, None, :]
-            common = (call.backprop * call.output).mul_(torch.addcmul(b, delta, w) > 0)
-            call.cache["grads"] = {layer.bias: common.sum(1).neg_(), layer.weight: common.mul_(delta).sum(1).neg_()}
-        return call.cache["grads"]
-
-    def clipped_sums(self, layer, call, scale):
-        return {p: _per_member(scale[:, None] * g, layer.members) for p, g in self._per_sample(layer, call).items()}
-
-    def per_sample_gradients(self, layer, call):
-        raise NotImplementedError("a stacked group is clipped flat: fine-grained clipping trains one model at a time")
-
-
 _STACKED = {nn.Linear: StackedLinear, InputDecay: StackedInputDecay}
 
 
@@ -134,8 +86,8 @@ def stack_models(models: Sequence[nn.Module]) -> nn.Module:
     """One module computing the K ``models`` (one architecture) on their own rows of a (K B, ...) batch.
 
     Raises ValueError where a model has a trainable parameter outside ``nn.Linear`` and GRU-D's ``InputDecay`` (it
-    would have no stacked rule: use the functorch path), or buffers that differ between members (a shared forward
-    reads one copy)."""
+    has no stacked layer: DP-SGD then takes the functorch path), or buffers that differ between members (a shared
+    forward reads one copy)."""
     stacked = copy.deepcopy(models[0])
     named = [dict(m.named_modules()) for m in models]
     for name, module in list(stacked.named_modules()):
@@ -151,8 +103,6 @@ def stack_models(models: Sequence[nn.Module]) -> nn.Module:
     for name, buffer in models[0].named_buffers():
         if any(not torch.equal(dict(m.named_buffers())[name], buffer) for m in models[1:]):
             raise ValueError(f"buffer {name!r} differs between the members: they cannot share one forward")
-    if any(rule_of(m) is None and any(True for _ in m.parameters(recurse=False)) for m in stacked.modules()):
-        raise ValueError("a parameter of the stacked model has no ghost-clipping rule")
     return stacked
 
 
@@ -164,3 +114,60 @@ def unstack_into(stacked: nn.Module, models: Sequence[nn.Module]) -> None:
             for name, p in model.named_parameters():
                 owner, _, attribute = name.rpartition(".")
                 p.copy_(getattr(layers[owner], attribute)[k])
+
+
+def stackable(model: nn.Module) -> bool:
+    """Whether the members of ``model``'s architecture can be stacked into one module."""
+    try:
+        stack_models([model])
+    except ValueError:
+        return False
+    return True
+
+
+def same_architecture(models: Sequence[nn.Module]) -> bool:
+    """Whether ``models`` can be stacked: one class, and the same names, shapes and dtypes of parameters and buffers."""
+    def signature(m):
+        return type(m), [(k, v.shape, v.dtype, v.requires_grad if isinstance(v, nn.Parameter) else None)
+                         for k, v in [*m.named_parameters(), *m.named_buffers()]]
+    first = signature(models[0])
+    return all(signature(m) == first for m in models[1:])
+
+
+class MemberAdamW:
+    """torch.optim.AdamW's update (decoupled weight decay, bias corrections) for K members stacked along the first
+    axis of every parameter in ``params``, each at its own learning rate and weight decay. :meth:`step` updates the
+    active members; the others (their plan's steps taken) keep their weights and state. Every active member is at the
+    same step count: every member starts at step 1, and one that stops never starts again."""
+
+    def __init__(self, params: dict[str, torch.Tensor], lr: Sequence[float], weight_decay: Sequence[float]):
+        first = next(iter(params.values()))
+        self.params = params
+        self.lr = torch.tensor(list(lr), dtype=first.dtype, device=first.device)
+        self.weight_decay = torch.tensor(list(weight_decay), dtype=first.dtype, device=first.device)
+        self.exp_avg = {n: torch.zeros_like(v) for n, v in params.items()}
+        self.exp_avg_sq = {n: torch.zeros_like(v) for n, v in params.items()}
+        self.steps = 0
+
+    def step(self, grads: dict[str, torch.Tensor], active: torch.Tensor | None = None) -> None:
+        """One update with ``grads`` (the members' gradients, stacked as the parameters are); ``active``: a boolean
+        per member (default: every member)."""
+        self.steps += 1
+        if active is None:
+            active = torch.ones(len(self.lr), dtype=torch.bool, device=self.lr.device)
+        beta1, beta2 = BETAS
+        correction1, correction2 = 1 - beta1 ** self.steps, 1 - beta2 ** self.steps
+        for n, p in self.params.items():
+            shape = (-1, *[1] * (p.dim() - 1))
+            p = p.detach()
+            on = active.view(shape)
+            g = grads[n]
+            new_p = p * (1 - self.lr * self.weight_decay).view(shape)
+            m = self.exp_avg[n].lerp(g, 1 - beta1)
+            v = self.exp_avg_sq[n] * beta2 + (1 - beta2) * g * g
+            denom = (v.sqrt() / math.sqrt(correction2)) + EPS
+            new_p = new_p - (self.lr / correction1).view(shape) * m / denom
+            with torch.no_grad():  # in place: a stacked module reads these parameters
+                p.copy_(torch.where(on, new_p, p))
+            self.exp_avg[n] = torch.where(on, m, self.exp_avg[n])
+            self.exp_avg_sq[n] = torch.where(on, v, self.exp_avg_sq[n])

@@ -4,7 +4,7 @@ and the release records what the accountants say."""
 import pytest
 import torch
 
-from privehr.models.nf.dp_nf import DensityHyperparameters, mean_log_likelihood, train_density
+from privehr.models.dpsgd.density import DensityHyperparameters, mean_log_likelihood, train_density
 from privehr.models.privacy.gdp import gdp_epsilon, gdp_mu
 from privehr.models.nf.maf import MAF
 from privehr.models.privacy.accounting import epsilon_spent

@@ -51,7 +51,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import privehr.models.dpsgd.grad_samplers  # noqa: F401  (registers the MaskedLinear rule for the Opacus paths)
+import privehr.models.dpsgd.rules  # noqa: F401  (registers the MaskedLinear rule for the Opacus paths)
 from privehr.core.config import DPNFConfig
 from privehr.models.dpsgd.trainer import check_accounted, endless, make_private_poisson
 from privehr.models.dpsgd.fine_grained_clipping import CLIPPING_MODES
