@@ -39,7 +39,7 @@ from privehr.io.ledger import Ledger, record_release, reserve  # noqa: E402
 from privehr.tasks.progress import progress_artifact  # noqa: E402
 from privehr.tasks.release_budget import pipeline_dataset_id  # noqa: E402
 from privehr.tasks.run_directory import ledger_run  # noqa: E402
-from privehr.tasks.run_logging import in_prefect_run, run_logger  # noqa: E402
+from privehr.tasks.run_logging import publishes_artifacts, run_logger  # noqa: E402
 
 __all__ = ["plan_audit", "train_shadow", "evaluate_attacks"]
 
@@ -214,7 +214,7 @@ def evaluate_attacks(config: AuditConfig, work: str, results: dict[str, list[str
     fig.savefig(out_dir / "lira_roc.png", dpi=120)
     plt.close(fig)
     (out_dir / "audit.json").write_text(json.dumps(report, indent=2))
-    if in_prefect_run():
+    if publishes_artifacts():
         create_table_artifact([{"mechanism": mech, "lira_auc": round(e["online"]["auc"]["median"], 4),
                                 "tpr_at_fpr_1e-3": round(e["online"]["tpr_at_fpr_0.001"]["median"], 4),
                                 "tpr_at_fpr_1e-2": round(e["online"]["tpr_at_fpr_0.01"]["median"], 4),

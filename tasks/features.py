@@ -20,6 +20,7 @@ from privehr.models.data.featurizer_statistics import (FeaturizerStatistics, can
                                                        exact_statistics, fallback_threshold, public_statistics)
 from privehr.models.data.hourly_features import HourlyFeaturizer
 from privehr.models.data.patient_split import SPLITS
+from privehr.models.privacy.ledger import LedgerEntry
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import Reserved
 from privehr.resources import mimic_extract_variables
@@ -46,6 +47,9 @@ def _known(variables: list[str], source: str):
     return table.loc[variables]
 
 
+EXACT_STATISTICS = "featurizer statistics (exact, of the training stays)"  # a release without a guarantee
+
+
 def featurizer_statistics(data: dict, train: np.ndarray, source: FeaturizerSource, privacy: PrivacyConfig,
                           reserved: Reserved | None, records: float | None = None):
     """The featurizer's (mean, std) by ``source``; a DP release enters the ledger before anything is written.
@@ -55,8 +59,10 @@ def featurizer_statistics(data: dict, train: np.ndarray, source: FeaturizerSourc
     voided and the public statistics are used: nothing spent, and said. Returns (statistics, the ledger's release
     id or None, why a DP release was not made or None)."""
     variables = data["variables"].tolist()
-    if source == "exact":
-        return exact_statistics(data["mean"][train], data["count"][train]), None, None
+    if source == "exact":  # recorded as a release without a guarantee before anything is written
+        release = None if reserved is None else record_release(privacy.ledger_path, reserved.reservation, LedgerEntry(
+            "", "", "non_private", what=EXACT_STATISTICS)).release
+        return exact_statistics(data["mean"][train], data["count"][train]), release, None
     table = _known(variables, source)
     if source == "public":
         return public_statistics(variables, dict(zip(variables, zip(table["mean"], table["sd"])))), None, None
@@ -109,6 +115,8 @@ def build_features(cohort_path: str, manifest_path: str, run_dir: str, source: F
         records = read_summary(run_dir, "record_counts").of("train") if run.record_counts.exists() else None
         statistics, release, skipped = featurizer_statistics(data, train, source, privacy or PrivacyConfig(), reserved,
                                                              records)
+        if source == "exact" and reserved is None and run.featurizer.exists():  # recorded by an earlier attempt
+            release = json.loads(run.featurizer.read_text()).get("release")
     featurizer = HourlyFeaturizer.from_statistics(statistics.mean, statistics.std)
     out_dir = run.intermediate
     for split in SPLITS:
@@ -117,7 +125,7 @@ def build_features(cohort_path: str, manifest_path: str, run_dir: str, source: F
         np.savez(out_dir / f"features_{split}.npz", values=feats.values, mask=feats.mask, delta=feats.delta,
                  icustay_id=data["icustay_id"][idx], labels=np.stack([data[lab][idx] for lab in LABELS], 1),
                  label_names=np.array(LABELS))
-    kind = "reproducible" if release and privacy.reproducible_noise else statistics.source
+    kind = "reproducible" if release and source == "dp" and privacy.reproducible_noise else statistics.source
     fitted = {"source": kind, "release": release, "delta_fill": featurizer.delta_fill,
               "variables": data["variables"].tolist(), "mean": featurizer.mean_.tolist(),
               "std": featurizer.std_.tolist(), "fallback": np.asarray(statistics.fallback).tolist(),

@@ -30,7 +30,7 @@ from privehr.core.run_layout import RunLayout  # noqa: E402
 from privehr.core.inference_config import InferenceConfig  # noqa: E402
 from privehr.core.strict_json import strict_dumps  # noqa: E402
 from privehr.tasks.private_inference import EXACT_KEY, inference_likelihood  # noqa: E402
-from privehr.tasks.run_logging import in_prefect_run  # noqa: E402
+from privehr.tasks.run_logging import publishes_artifacts  # noqa: E402
 
 __all__ = ["write_inference_report", "inference_columns", "route_table", "format_cell", "versus_exact"]
 
@@ -208,7 +208,7 @@ def write_inference_report(run_dir: str, paths: list[str], config: InferenceConf
                "figures": [str(p) for p in figures], "parameters": list(names), "columns": columns,
                "releases": len(paths)}
     RunLayout(run_path).inference_summary.write_text(strict_dumps(summary, indent=2))
-    if in_prefect_run():
+    if publishes_artifacts():
         inline = markdown
         for p in figures:
             inline = inline.replace(f"({p.name})", f"(data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()})")

@@ -110,8 +110,7 @@ def _over_budget(config, ledger: Ledger, subjects: list, planned: list[LedgerEnt
     hashes = np.array([member_hashes([s], key)[0] for s in subjects], dtype=np.uint64)
     existing = effective_entries(ledger.read())
     snapshots = ledger.members({e.members for e in existing if e.members})
-    past = patient_curves(existing, snapshots, config.privacy.delta, patients=np.unique(hashes), fresh=True,
-                          budget=budget)
+    past = patient_curves(existing, snapshots, budget.delta, patients=np.unique(hashes), fresh=True, budget=budget)
     over = set(past.plus(planned).over(budget.epsilon).tolist())
     return [s for s, h in zip(subjects, hashes.tolist()) if h in over]
 

@@ -11,6 +11,7 @@ prediction. The scores are patient-level: they go to the file the user names and
 
 from __future__ import annotations
 
+import io
 import pickle
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
@@ -24,9 +25,9 @@ from prefect import task
 from privehr.core.config import SignerTrust
 from privehr.core.errors import InputError
 from privehr.io.bundle_signature import trusted_signer
-from privehr.io.mimic_extract import check_extract, read_window, sha256_file
+from privehr.io.mimic_extract import check_extract, read_window
 from privehr.io.permissions import private_file, private_umask
-from privehr.io.release_bundle import MANIFEST, Bundle, calibration_text, read_bundle
+from privehr.io.release_bundle import Bundle, calibration_text, read_bundle
 from privehr.models.classifiers import build_classifier, classifier_inputs
 from privehr.models.classifiers.training import predict_proba
 from privehr.models.data.cohort import stay_labels
@@ -58,9 +59,9 @@ def load_models(bundle: Bundle, models: list[str] | None = None, device: str = "
     loaded = {}
     for cell_id in wanted:
         try:  # weights only: a pickle payload is refused, never run
-            saved = torch.load(available[cell_id], weights_only=True)
+            saved = torch.load(io.BytesIO(available[cell_id]), weights_only=True)
         except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
-            raise InputError(f"model file {available[cell_id]} is not a weights-only PyTorch file (a pickle payload, "
+            raise InputError(f"model file models/{cell_id}.pt is not a weights-only PyTorch file (a pickle payload, "
                              f"or truncated: {type(err).__name__}); it was not loaded. Copy the bundle again from its "
                              "run") from None
         try:
@@ -69,7 +70,7 @@ def load_models(bundle: Bundle, models: list[str] | None = None, device: str = "
                                      hidden_size=arch["hidden_size"])
             model.load_state_dict(saved["state_dict"])
         except (KeyError, TypeError, ValueError, RuntimeError) as err:
-            raise InputError(f"model file {available[cell_id]} does not hold a model of its stated architecture "
+            raise InputError(f"model file models/{cell_id}.pt does not hold a model of its stated architecture "
                              f"({type(err).__name__}); copy the bundle again from its run") from None
         loaded[cell_id] = (arch["model"], model.eval().to(device))
     return loaded
@@ -125,7 +126,7 @@ def score_stays(bundle_path: str | Path, data_path: str | Path, out_path: str | 
     check_extract(data_path)  # one line for a file that is not HDF5 or lacks patients / vitals_labs
     stays = _stays(_patients(data_path), data_path, window_hours, gap_hours, meds=out_format == "meds")
     loaded = load_models(bundle, models)
-    stamp = {"bundle_sha256": sha256_file(bundle.path / MANIFEST),  # which bundle scored it: its signed manifest
+    stamp = {"bundle_sha256": bundle.manifest_sha256,  # which bundle scored it: its signed manifest, as verified
              "predicted_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     labels = {m["cell_id"]: m["label"] for m in bundle.card.get("models", []) if m["cell_id"] in loaded}
     evaluations = {m["cell_id"]: m["evaluation"] for m in bundle.card.get("models", []) if m["cell_id"] in loaded}

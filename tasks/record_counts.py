@@ -10,7 +10,9 @@ DP-SGD stays private whatever n is (Poisson sampling at rate q), so a noisy n co
 epoch's length. With ``release.record_count: public`` the exact counts are used and recorded as that choice.
 
 The same check reserves the featurizer's DP statistics (``release.featurizer: dp``): both releases are planned
-without any count, so they are reserved together, before the plans that need the counts.
+without any count, so they are reserved together, before the plans that need the counts. Exact statistics
+(``release.featurizer: exact``) are reserved as a release without a guarantee: every model the run trains is
+post-processing of them, so the run is not DP for its patients (and under a budget it is refused).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from privehr.models.privacy.ledger import LedgerEntry
 from privehr.models.privacy.noisy_count import noisy_count
 from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import GaussianPlan, Reserved
+from privehr.tasks.features import EXACT_STATISTICS
 from privehr.tasks.release_budget import pipeline_dataset_id, reserve_planned, run_members
 from privehr.tasks.run_directory import read_summary
 from privehr.tasks.run_logging import run_logger
@@ -52,6 +55,8 @@ def preprocessing_plan(run_dir: str, config: PipelineConfig) -> dict[str, tuple[
     if release.featurizer == "dp" and not described:
         plan = GaussianPlan.for_epsilon(release.featurizer_epsilon, privacy.delta)
         planned[STATISTICS_KEY] = (plan.ledger_entry(guarantee, "featurizer statistics"), plan)
+    elif release.featurizer == "exact" and not described:  # every model is post-processing of exact statistics
+        planned[STATISTICS_KEY] = (LedgerEntry("", "", "non_private", what=EXACT_STATISTICS), None)
     return planned
 
 

@@ -31,7 +31,7 @@ from privehr.core.specs import load_ehr_spec
 from privehr.core.strict_json import strict_dumps
 from privehr.io.ledger import BudgetExceeded, Ledger, reserve
 from privehr.tasks.run_directory import ledger_run, read_summary
-from privehr.tasks.run_logging import run_logger
+from privehr.tasks.run_logging import exact, run_logger
 from privehr.models.synthesis import synthesis_jobs
 from privehr.tasks.synthesis import check_imputed_targets, imputed_tables, planning_count, synthesizer_of
 from privehr.models.methods import FitSpec, create_method
@@ -125,7 +125,7 @@ def _summary(run_dir: str, dataset: str, verdict, planned: dict[str, LedgerEntry
         after = (f"DP, epsilon {verdict.after:.4g} at delta {verdict.delta:.2g}" if math.isfinite(verdict.after)
                  else "not DP")
         run_logger().info("privacy budget: %d planned %s reserved (%d voided); the most spent of its patients after "
-                          "the run: %s", len(planned), what, voided, after)
+                          "the run: %s", len(planned), what, voided, exact(after))
     return summary
 
 

@@ -28,7 +28,7 @@ from privehr.io.ledger import Ledger, short_dataset, source_patients
 from privehr.io.release_bundle import needed_text
 from privehr.io.report_html import inline_figures, write_report_html
 from privehr.tasks.release_bundle import LABEL_DEFINITIONS
-from privehr.tasks.run_logging import in_prefect_run
+from privehr.tasks.run_logging import publishes_artifacts
 from privehr.tasks.stage_timing import timing_table
 from privehr.tasks.synthesis_report import raw_accuracy
 
@@ -399,7 +399,7 @@ def write_report(run_dir: str, runs: list[dict], privacy: PrivacyConfig = Privac
                              "subgroups": ev.subgroups, "privacy_cost": ev.privacy_cost, "not_evaluated": ev.missing},
               "cohort": {k: cohort[k] for k in ("stays", "label_rates", "exclusions")}, "split": split}
     run.metrics.write_text(strict_dumps(result, indent=2, default=float))
-    if in_prefect_run():
+    if publishes_artifacts():
         create_table_artifact([{c: _cell(r.get(c)) for c in COLUMNS} for r in rows], key="privehr-results",
                               description=f"Median test metrics of run {run_dir.name}. {note}")
         create_markdown_artifact(inlined, key="privehr-run-summary", description=f"Run {run_dir.name}")

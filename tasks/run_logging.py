@@ -16,7 +16,7 @@ from prefect.context import get_run_context
 from prefect.exceptions import MissingContextError
 from prefect.logging import get_run_logger
 
-__all__ = ["run_logger", "in_prefect_run", "exact", "prefect_api_is_local", "warn_if_logs_leave"]
+__all__ = ["run_logger", "in_prefect_run", "exact", "prefect_api_is_local", "warn_if_logs_leave", "publishes_artifacts"]
 
 
 def run_logger():
@@ -52,9 +52,10 @@ def prefect_api_is_local() -> bool:
         return False
 
 
-def exact(count: int) -> int | str:
-    """An exact count of patients or stays as it may be logged: itself where Prefect's API is local, else withheld."""
-    return count if prefect_api_is_local() else "(withheld: Prefect's API is not on this machine)"
+def exact(value):
+    """An exact count of patients or stays, or a number that one patient's presence moves (the most spent patient's
+    epsilon), as it may be logged: itself where Prefect's API is local, else withheld."""
+    return value if prefect_api_is_local() else "(withheld: Prefect's API is not on this machine)"
 
 
 @lru_cache(maxsize=1)
@@ -63,6 +64,12 @@ def warn_if_logs_leave() -> bool:
     if prefect_api_is_local():
         return False
     run_logger().warning("Prefect's API (PREFECT_API_URL) is not on this machine: every log line of this run leaves it. "
-                         "Exact cohort, split and left-out counts are withheld from the logs; they are in the run "
-                         "directory.")
+                         "Exact cohort, split and left-out counts are withheld from the logs, and summary artifacts are "
+                         "not written there; both are in the run directory.")
     return True
+
+
+def publishes_artifacts() -> bool:
+    """Whether a task may write its summary artifacts (tables of counts and results) to Prefect's database: inside a
+    run, and only where that database is on this machine; elsewhere they stay in the run directory."""
+    return in_prefect_run() and prefect_api_is_local()

@@ -21,7 +21,7 @@ from privehr.core.run_layout import RunLayout
 from privehr.core.specs import load_mimic_spec
 from privehr.tasks.cohort import load_cohort
 from privehr.io.mimic_extract import read_patients
-from privehr.tasks.run_logging import run_logger
+from privehr.tasks.run_logging import exact, run_logger
 from privehr.tasks.split import load_manifest
 
 __all__ = ["impute_static_table"]
@@ -63,6 +63,6 @@ def impute_static_table(hdf5_path: str, cohort_path: str, manifest_path: str, ru
                "max_rhat": float(np.nanmax(list(imputer.rhat_.values()))) if imputer.rhat_ else None}
     path = run.static_imputation
     path.write_text(json.dumps(summary, indent=2))
-    run_logger().info("impute-static-table: %d datasets, %d columns kept of %d, %d values missing after",
-                      config.m, len(kept), table.shape[1], summary["missing_after"])
+    run_logger().info("impute-static-table: %d datasets, %d columns kept of %d, %s values missing after",
+                      config.m, len(kept), table.shape[1], exact(summary["missing_after"]))
     return str(path)

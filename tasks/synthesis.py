@@ -114,8 +114,7 @@ def release_patient_count(run_dir: str, config: SynthesisConfig) -> int | None:
     ``count_epsilon``; each patient is in one split, so the two together are ``count_epsilon``-DP by parallel
     composition) before any plan is built: the plans (and, unless the spec declares the count public or ``rows``
     is set, the tables' size) are built from them. Returns the noisy total (None where nothing needs it)."""
-    from privehr.tasks.release_budget import (check_delta, reserve_planned, synthesis_dataset_id,  # it imports this
-                                              synthesis_members)
+    from privehr.tasks.release_budget import reserve_planned, synthesis_dataset_id, synthesis_members  # imports this
 
     spec = load_ehr_spec(config.spec)
     run = RunLayout(run_dir)
@@ -125,11 +124,8 @@ def release_patient_count(run_dir: str, config: SynthesisConfig) -> int | None:
         return None
     if config.resume and out.exists():  # released (and recorded) by an earlier attempt
         return read_summary(run_dir, "released_count").count
-    exact = read_summary(run_dir, "imputation").patients
-    # a delta of 1/n or more is refused before the count is spent: checked on the exact training patients (a
-    # refusal to start, seen by the operator who holds the data; nothing is released), and again on the noisy
-    # count the plans are built from (check_synthesis_budget)
-    check_delta(config.privacy.delta, exact["train"])
+    exact = read_summary(run_dir, "imputation").patients  # the mechanism's input; no decision reads it (a delta of
+    # 1/n or more is refused on the noisy count the plans are built from: check_synthesis_budget)
     noise = NoiseSource.for_release(config.privacy.reproducible_noise, COUNT_KEY)
     entry = LedgerEntry("", "", "dp", config.count_epsilon, guarantee=noise.guarantee, what="patient count")
     reserved = reserve_planned(run_dir, synthesis_dataset_id(run_dir, config), config, {COUNT_KEY: entry},

@@ -28,7 +28,7 @@ from privehr.models.synthesis import synthesizer_display_name, synthesizer_rank
 from privehr.models.synthesis.codec import TableCodec
 from privehr.io.figures import marginal_histograms, plot_synthesis_utility
 from privehr.io.spreadsheet import spreadsheet_safe
-from privehr.tasks.run_logging import in_prefect_run, run_logger
+from privehr.tasks.run_logging import publishes_artifacts, run_logger
 from privehr.tasks.synthesis import imputed_tables
 
 __all__ = ["write_synthesis_report", "write_results_csv", "su2023_table", "synthesis_results", "raw_accuracy",
@@ -320,7 +320,7 @@ def write_synthesis_report(run_dir: str, record_paths: list[str], original_paths
            if marginals else ""),
     ])
     run.report_md.write_text(markdown + "\n")
-    if in_prefect_run():
+    if publishes_artifacts():
         create_markdown_artifact(markdown, key="privehr-synthesis-report", description="synthesis report")
         create_table_artifact(json.loads(costs.to_json(orient="records")), key="privehr-synthesis-releases",
                               description="synthesis releases: synthesizer, mechanism, sigma, q, T, delta, epsilon, mu")

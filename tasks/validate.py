@@ -13,7 +13,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 
 from privehr.core.specs import load_ehr_spec, load_mimic_spec
 from privehr.io.pages import page_url
-from privehr.tasks.run_logging import exact, in_prefect_run, run_logger
+from privehr.tasks.run_logging import exact, publishes_artifacts, run_logger
 from privehr.io.validation import ValidationFailed, failure_message, output_dirs, validate_ehr, validate_extract
 
 __all__ = ["validate_delivery", "summary_markdown", "is_hdf5"]
@@ -48,7 +48,7 @@ def summary_markdown(summary: dict) -> str:
 
 
 def _publish(summary: dict, run_dir: str, pages_url: str | None) -> None:
-    if not in_prefect_run():
+    if not publishes_artifacts():
         return
     create_markdown_artifact(summary_markdown(summary), description="validation summary")
     failed = summary["failed_critical"] + summary["failed_warning"]

@@ -71,7 +71,7 @@ def select_cohort(patients: pd.DataFrame, window_hours: int = 24, gap_hours: int
     """
     table = patients.reset_index()
     table = table[ID_COLUMNS + ["max_hours", "los_icu", "mort_icu", "mort_hosp"]
-                  + [c for c in DEMOGRAPHICS if c in table]]
+                  + [c for c in DEMOGRAPHICS + ["intime"] if c in table]]
     exclusions = {}
 
     duplicated = table["icustay_id"].duplicated(keep=False)
@@ -91,6 +91,15 @@ def select_cohort(patients: pd.DataFrame, window_hours: int = 24, gap_hours: int
     exclusions[f"max_hours_le_{window_hours + gap_hours}"] = int(short.sum())
     keep &= ~short
 
+    # one stay per patient, the subject's earliest eligible one (MIMIC-Extract's cohort keeps first stays already): the
+    # unit every DP release and the per-patient budget protect is the subject, and a second stay would be a second
+    # record of them in the same release
+    order = pd.to_datetime(table["intime"], errors="coerce") if "intime" in table else table["icustay_id"]
+    first = table.assign(_order=order)[keep].sort_values(["_order", "icustay_id"]).drop_duplicates("subject_id").index
+    later = keep & ~table.index.isin(first)
+    exclusions["later_stays_of_a_subject"] = int(later.sum())
+    keep &= ~later
+
     stays = table[keep].copy()
     stays["los_icu"] = los[keep].astype(float)
     stays["max_hours"] = hours[keep].astype(np.int64)
@@ -103,4 +112,4 @@ def select_cohort(patients: pd.DataFrame, window_hours: int = 24, gap_hours: int
         stays["age"] = pd.to_numeric(stays["age"], errors="coerce").astype(float)
     for col in ID_COLUMNS:
         stays[col] = stays[col].astype(np.int64)
-    return Cohort(stays.reset_index(drop=True), exclusions)
+    return Cohort(stays.drop(columns=["intime"], errors="ignore").reset_index(drop=True), exclusions)

@@ -15,7 +15,7 @@ theorem and its premises); without a budget, views convert each patient's RDP at
 such. Every DP release enters as its Renyi divergence (Gaussian steps, pure epsilon-DP, zCDP), so the composition is
 one sum per order; a release without a DP guarantee makes its patients' total infinite.
 
-What it does not cover: the unit is the subject the source names (two stays of one subject are one patient; one
+What it does not cover: the unit is the subject the source names (the cohort keeps one stay per subject; one
 person under two subject ids is two); a snapshot is the run's whole cohort (every split), so a test-set patient is
 charged the training releases too (an overstatement, never an understatement); PRV and PLD are reported for the most
 spent patient alone, beside the filter, never used to admit a release.
@@ -88,7 +88,8 @@ class PatientSpend:
         eps = self.epsilon
         if not len(eps):
             return {"patients": 0, "median": None, "p99": None, "max": None, "reached_budget": None,
-                    "within_1pc_of_budget": None, "budget_epsilon": budget_epsilon, "not_dp": 0}
+                    "within_1pc_of_budget": None, "budget_epsilon": budget_epsilon, "not_dp": 0,
+                    "max_budget_used": None}
         finite = np.where(np.isfinite(eps), eps, np.inf)
         reached = None if budget_epsilon is None else int((finite >= budget_epsilon * (1 - 1e-12)).sum())
         # the filter stops a patient just below the budget (the next release would pass it): within 1 % is spent
@@ -284,9 +285,9 @@ def check_patient_budget(existing: list[LedgerEntry], planned: list[LedgerEntry]
     if not math.isfinite(common["after"]):
         return PatientVerdict(**common, refused=True, over=over, reason=(
             "releases without a DP guarantee have no finite epsilon to fit a budget"))
-    if over:
+    if over:  # how many, and by how much, stay in the verdict (the run directory's privacy_budget.json): a message
+        # leaves through logs and Prefect's database, and whether one patient is there moves both numbers
         return PatientVerdict(**common, refused=True, over=over, reason=(
-            f"{over} of its {len(after.epsilon)} patient(s) would pass it: the most spent patient's epsilon by the "
-            f"Renyi filter at order {budget.order:g} (what a budget binds on) would rise from {common['before']:.4g} "
-            f"to {common['after']:.4g} (delta {delta:.2g}), above the budget {budget.epsilon:g}"))
+            f"patients of this run would pass it: their epsilon by the Renyi filter at order {budget.order:g} (what a "
+            f"budget binds on) would rise above the budget {budget.epsilon:g} (delta {delta:.2g})"))
     return PatientVerdict(**common, refused=False, over=0, reason="within every patient's budget")

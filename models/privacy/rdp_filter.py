@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from privehr.models.privacy.accounting import DEFAULT_ALPHAS
+from privehr.models.privacy.accounting import DEFAULT_ALPHAS, RDP_ORDERS
 from privehr.models.privacy.zcdp import cdp_rho
 
 __all__ = ["BudgetSetting", "filter_order", "epsilon_at", "rdp_budget", "pure_dp_rdp", "zcdp_rdp", "BUDGET_KIND"]
@@ -50,15 +50,17 @@ _DEFAULT = len(DEFAULT_ALPHAS)  # RDP_ORDERS starts with Opacus's default orders
 
 def filter_order(epsilon: float, delta: float) -> float:
     """The order a budget of ``epsilon`` at ``delta`` is fixed at, from those two public numbers alone: the order
-    of Opacus's defaults under which the most Gaussian zCDP rho fits the budget (rho alpha is a Gaussian mechanism's
-    RDP; DP-SGD's curves are of that shape where a budget binds).
+    (among the accountant's, Opacus's defaults and the large ones) under which the most Gaussian zCDP rho fits the
+    budget (rho alpha is a Gaussian mechanism's RDP; DP-SGD's curves are of that shape where a budget binds). Where
+    the releases are sampled Gaussians with sigma below 1, whose curves turn up steeply at high orders, a steward
+    chooses a lower order (``privehr privacy budget --set E --order A``).
 
-    >>> filter_order(2.0, 1e-5), filter_order(1.0, 1e-5), filter_order(8.0, 1e-5)
-    (10.2, 18, 3.9)
+    >>> filter_order(2.0, 1e-5), filter_order(1.0, 1e-5), filter_order(8.0, 1e-5), filter_order(0.1, 1e-5)
+    (10.2, 18, 3.9, 128.0)
     """
-    orders = np.asarray(DEFAULT_ALPHAS, dtype=float)
+    orders = np.asarray(RDP_ORDERS, dtype=float)
     rho = (epsilon + (math.log(delta) + np.log(orders)) / (orders - 1) - np.log((orders - 1) / orders)) / orders
-    return DEFAULT_ALPHAS[int(np.argmax(rho))]
+    return RDP_ORDERS[int(np.argmax(rho))]
 
 
 def epsilon_at(rdp, orders, delta: float) -> np.ndarray:
@@ -120,6 +122,10 @@ class BudgetSetting:
             raise ValueError("a budget's delta is between 0 and 1")
         if not (self.order > 1 and math.isfinite(self.order)):
             raise ValueError("a Renyi filter's order is above 1")
+        if not rdp_budget(self.epsilon, self.delta, self.order) > 0:
+            raise ValueError(f"epsilon {self.epsilon:g} at delta {self.delta:g} leaves no Renyi divergence to spend "
+                             f"at order {self.order:g} (the conversion alone costs more): choose a larger budget, or "
+                             "another order")
         if self.kind != BUDGET_KIND:
             raise ValueError(f"not a budget line (kind {self.kind!r})")
 

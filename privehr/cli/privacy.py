@@ -134,8 +134,12 @@ def privacy_budget(args) -> int:
             raise InputError("--delta, --order, --raise and --reason go with --set EPSILON")
         setting, written = (Ledger(path).budget() if Path(path).exists() else None), False
     else:
-        if not args.set > 0:
-            raise InputError(f"--set {args.set:g}: a budget is a positive epsilon")
+        if not (0 < args.set < float("inf")):
+            raise InputError(f"--set {args.set:g}: a budget is a positive, finite epsilon")
+        if args.order is not None and not (1 < args.order < float("inf")):
+            raise InputError(f"--order {args.order:g}: a Renyi order is a finite number above 1")
+        if args.delta is not None and not (0 < args.delta < 1):
+            raise InputError(f"--delta {args.delta:g}: delta is between 0 and 1")
         setting, written = set_budget(path, args.set, args.delta, args.order, args.raise_, args.reason)
     if setting is None:
         emit(args, {"ledger": str(path), "budget": None}, f"privacy ledger {path}: no per-patient budget set (runs "

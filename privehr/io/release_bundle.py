@@ -24,7 +24,9 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass
+import shutil
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -394,10 +396,12 @@ class Bundle:
     card: dict
     featurizer: dict | None  # None: a bundle of synthetic tables
     signed_by: str | None = None  # the fingerprint of the key that signed its manifest
+    model_files: dict[str, bytes] = field(default_factory=dict)  # bundled model files by cell id, as verified
+    manifest_sha256: str = ""    # of the verified manifest's bytes
 
-    def models(self) -> dict[str, Path]:
-        """Bundled model files by cell id."""
-        return {Path(p).stem: self.path / p for p in self.manifest["files"] if p.startswith("models/")}
+    def models(self) -> dict[str, bytes]:
+        """Bundled model files by cell id: the bytes that were verified (never read from the folder again)."""
+        return self.model_files
 
 
 def read_bundle(bundle: str | Path, pinned: str | None = None) -> Bundle:
@@ -407,15 +411,22 @@ def read_bundle(bundle: str | Path, pinned: str | None = None) -> Bundle:
     if not bundle.is_dir():
         raise InputError(f"release bundle {bundle} is not a directory; give the release/ folder of a run (or a copy "
                          "of it)")
-    report = verify_bundle(bundle, pinned=pinned)
-    if not report["ok"]:
-        raise InputError(f"release bundle {bundle} does not verify: {report['problems'][0]}"
-                         + (f" (and {len(report['problems']) - 1} more)" if len(report["problems"]) > 1 else "")
-                         + ". Copy the bundle again from its run, or run `privehr release verify` for the list.")
-    manifest = json.loads((bundle / MANIFEST).read_text())
-    featurizer = bundle / "featurizer.json"  # a bundle of synthetic tables has none
-    return Bundle(bundle, manifest, manifest["card"],
-                  json.loads(featurizer.read_text()) if featurizer.exists() else None, report["signed_by"])
+    # what is verified is what is used: a private copy is verified and read, never the folder again (a file swapped
+    # between the check and its use would otherwise be used unverified)
+    with tempfile.TemporaryDirectory(prefix="privehr-bundle-") as private:
+        copy = Path(private) / "bundle"
+        shutil.copytree(bundle, copy, symlinks=True)  # links stay links: the verification refuses them
+        report = verify_bundle(copy, pinned=pinned)
+        if not report["ok"]:
+            raise InputError(f"release bundle {bundle} does not verify: {report['problems'][0]}"
+                             + (f" (and {len(report['problems']) - 1} more)" if len(report["problems"]) > 1 else "")
+                             + ". Copy the bundle again from its run, or run `privehr release verify` for the list.")
+        text = (copy / MANIFEST).read_bytes()
+        manifest = json.loads(text)
+        featurizer = copy / "featurizer.json"  # a bundle of synthetic tables has none
+        models = {Path(p).stem: (copy / p).read_bytes() for p in manifest["files"] if p.startswith("models/")}
+        return Bundle(bundle, manifest, manifest["card"], json.loads(featurizer.read_text()) if featurizer.exists()
+                      else None, report["signed_by"], models, hashlib.sha256(text).hexdigest())
 
 
 def _fmt(value, digits: int = 3) -> str:

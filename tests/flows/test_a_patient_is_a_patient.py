@@ -51,7 +51,7 @@ def spent(tmp_path_factory):
     ledger = Ledger(root / "ledger.jsonl")
     entries = ledger.read()
     snapshots = ledger.members({e.members for e in entries if e.members})
-    at = BudgetSetting(1.0, 1e-5, ORDER)
+    at = BudgetSetting(3.0, 1e-5, ORDER)
     one = patient_spend(entries, snapshots, 1e-5, budget=at).epsilon.max()
     again = [e for e in entries if e.status == "reserved"]  # the night's plan, once more for everyone
     two = patient_curves(entries, snapshots, 1e-5, budget=at).plus(again).epsilon.max()
@@ -123,8 +123,11 @@ def test_a_run_asking_another_budget_or_none_and_an_audit_are_held_to_the_ledger
     assert setting | {"raised": True, "previous": spent["budget"], "order": ORDER} == setting
     assert main(["privacy", "budget", "--ledger", str(ledger), "--set", "0.5", "--order", "4"]) == 2  # order fixed
     capsys.readouterr()
-    assert main(["privacy", "budget", "--ledger", str(ledger), "--set", "0.5"]) == 0  # lowering: always
-    assert Ledger(ledger).budget().epsilon == 0.5 and verify_ledger(ledger)["ok"]
+    assert main(["privacy", "budget", "--ledger", str(ledger), "--set", "0.5"]) == 2  # none left at order 8
+    assert "leaves no Renyi divergence to spend at order 8" in capsys.readouterr().err
+    lower = round(max(1.3, spent["budget"] * 0.9), 4)
+    assert main(["privacy", "budget", "--ledger", str(ledger), "--set", str(lower)]) == 0  # lowering: always
+    assert Ledger(ledger).budget().epsilon == lower and verify_ledger(ledger)["ok"]
     lines = ledger.read_text().splitlines()
     assert json.loads(lines[-1])["kind"] == "budget"
     lines[-1] = json.dumps({**json.loads(lines[-1]), "epsilon": 50.0})

@@ -122,7 +122,7 @@ def test_two_runs_at_once_cannot_both_spend_the_budget(tmp_path):
     for w in workers:
         w.join(timeout=60)
     assert outcomes[1] == "reserved" and "privacy budget exceeded" in outcomes[0]
-    assert re.search(r"would rise from 0\.[1-9]\d* to ", outcomes[0])  # not from 0: it saw the other's reservation
+    assert re.search(r"\[saw 0\.[1-9]\d*\]$", outcomes[0])  # not 0: it saw the other's reservation
     (total,) = ledger_totals(ledger)
     assert total.pending == 1 and total.epsilon_dp <= 1.2
 

@@ -15,5 +15,6 @@ def reserve_at_the_barrier(ledger: str, budget: float, plan, barrier, results) -
         reserve(Ledger(ledger), "dataset-1", f"run-{multiprocessing.current_process().name}",
                 {"fit": plan.ledger_entry("dp", "final fit")}, budget, 1e-5, False, "grid release(s)")
         results.put("reserved")
-    except InputError as err:
-        results.put(str(err))
+    except InputError as err:  # the message, and what the refused run saw before its own release (not in the message)
+        verdict = getattr(err, "verdict", None)
+        results.put(f"{err} [saw {verdict.before if verdict is not None else None}]")

@@ -60,3 +60,31 @@ def test_a_release_that_can_inform_is_made_and_recorded(tmp_path, small_extract)
     entries = read_ledger(config.privacy.ledger_path)
     assert not [e for e in entries if e.status == "void"]
     assert [e.what for e in entries if e.status == "released"] == ["record counts", "featurizer statistics"]
+
+
+def test_exact_statistics_are_a_release_without_a_guarantee_and_no_budget_admits_them(tmp_path, small_extract):
+    """release.featurizer: exact fits the featurizer on the training stays exactly: every model the run trains is
+    post-processing of it. It is reserved and recorded as a release without a guarantee (once it shipped in the bundle
+    with no ledger entry, its patients still "within budget"); under a budget the run is refused before it."""
+    from privehr.core.errors import InputError
+
+    config = PipelineConfig.model_validate({
+        "artifacts_dir": str(tmp_path / "artifacts"), "run_id": "exact",
+        "privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")}, "release": {"featurizer": "exact"}})
+    run_dir = create_run_directory.fn(config)
+    cohort = build_cohort.fn(str(small_extract), run_dir)
+    manifest = split_cohort.fn(cohort, SplitConfig(), run_dir)
+    reserved = check_preprocessing_budget.fn(run_dir, config)
+    release_record_counts.fn(run_dir, config, reserved.get(COUNTS_KEY))
+    build_features.fn(cohort, manifest, run_dir, "exact", config.privacy, reserved[STATISTICS_KEY])
+    featurizer = json.loads((tmp_path / "artifacts" / "exact" / "featurizer.json").read_text())
+    (statistics,) = [e for e in read_ledger(config.privacy.ledger_path) if e.status == "released" and
+                     e.what.startswith("featurizer statistics")]
+    assert statistics.guarantee == "non_private" and featurizer["release"] == statistics.release
+    assert featurizer["source"] == "exact"
+    budgeted = config.model_copy(update={"run_id": "exact-budget", "privacy": config.privacy.model_copy(update={
+        "ledger_path": tmp_path / "other.jsonl", "budget_epsilon": 5.0})})
+    run_dir = create_run_directory.fn(budgeted)
+    split_cohort.fn(build_cohort.fn(str(small_extract), run_dir), SplitConfig(), run_dir)
+    with pytest.raises(InputError, match="without a DP guarantee"):
+        check_preprocessing_budget.fn(run_dir, budgeted)

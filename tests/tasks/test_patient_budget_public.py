@@ -67,7 +67,7 @@ def test_one_patient_at_a_batch_size_boundary_moves_no_decision(tmp_path, small_
     everyone = [s for part in json.loads(Path(manifest).read_text())["subjects"].values() for s in part]
     # the batch size that puts D and D minus X on either side of a plan: the final fit trains on train and dev, and
     # ceil((n + dev) / b) is 2 with X and 1 without
-    at, b = BudgetSetting(1.0, 1e-5, ORDER), n + dev - 1
+    at, b = BudgetSetting(3.0, 1e-5, ORDER), n + dev - 1
     _, _, _, config = _run(tmp_path / "plans", small_extract, "plans", b)
     assert _cost(probe, config, n, dev, at) != _cost(probe, config, n - 1, dev, at)  # the exact count moves the plan
     # the project's ledger: every patient has spent what leaves room for the cheaper plan only

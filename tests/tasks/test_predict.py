@@ -451,3 +451,26 @@ def test_outside_the_hospital_a_signer_is_pinned_or_trusted_once_on_first_use(se
     forged = _resigned(setup, tmp_path)  # a later bundle by another key is refused, first use or not
     assert main(["predict", forged, "--data", str(setup["data"]), "--out", str(out), "--trust-on-first-use"]) == 2
     assert "not a signer trusted on first use" in capsys.readouterr().err
+
+
+def test_a_model_swapped_after_the_bundle_verified_is_never_loaded(setup, tmp_path, monkeypatch):
+    """Review of issue 54: the bundle was verified, then its files read again by path, so weights swapped in between
+    were loaded unverified. What is verified now is a private copy, and the models are the bytes verified."""
+    import shutil
+
+    from privehr.io import release_bundle
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(setup["bundle"], bundle)
+    cell = small_bundle.CELLS["mort_icu"]
+    honest_verify = release_bundle.verify_bundle
+
+    def verify_then_swap(path, *args, **kwargs):  # the race: the original's weights change right after the check
+        report = honest_verify(path, *args, **kwargs)
+        (bundle / "models" / f"{cell}.pt").write_bytes(small_bundle.weights("mort_icu", 99))
+        return report
+
+    monkeypatch.setattr(release_bundle, "verify_bundle", verify_then_swap)
+    read = release_bundle.read_bundle(bundle)
+    assert hashlib.sha256(read.models()[cell]).hexdigest() == read.manifest["files"][f"models/{cell}.pt"]["sha256"]
+    assert read.models()[cell] != (bundle / "models" / f"{cell}.pt").read_bytes()  # the swapped file was not read

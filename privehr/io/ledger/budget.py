@@ -41,6 +41,13 @@ def delta_mismatch(path: Path, made_at: float, asked: float) -> InputError:
                       f"privacy.delta to {made_at:g}.")
 
 
+def _setting(epsilon: float, delta: float, order: float, **about) -> BudgetSetting:
+    try:
+        return BudgetSetting(epsilon, delta, order, **about)
+    except ValueError as err:  # a budget no filter can hold: one line, nothing written
+        raise InputError(f"no per-patient budget was set: {err}") from None
+
+
 def _user() -> str:
     try:
         return getpass.getuser()
@@ -59,8 +66,10 @@ def budget_for(ledger: Ledger, current: BudgetSetting | None, asked: float | Non
     if current is None:
         if asked is None:
             return None, False
-        return BudgetSetting(asked, delta, filter_order(asked, delta), set_by=who, created_utc=_now(),
-                             reason="the ledger's first budget, from privacy.budget_epsilon"), True
+        return _setting(asked, delta, filter_order(asked, delta), set_by=who, created_utc=_now(),
+                        reason="the ledger's first budget, from privacy.budget_epsilon"), True
+    if delta != current.delta:
+        raise delta_mismatch(ledger.path, current.delta, delta)
     if asked is not None and asked != current.epsilon:
         raise InputError(f"this run asks for a per-patient budget of epsilon {asked:g}, but the privacy ledger "
                          f"{ledger.path} holds the project's budget, epsilon {current.epsilon:g} (set "
@@ -102,8 +111,8 @@ def set_budget(path: str | Path, epsilon: float, delta: float | None = None, ord
                              "guarantee assumes the budget fixed in advance. If that is the custodian's decision, "
                              "repeat with --raise --reason TEXT (recorded in the ledger); docs/privacy-ledger.md says "
                              "what guarantee then holds.")
-        setting = BudgetSetting(epsilon, delta, current.order if current else (order or filter_order(epsilon, delta)),
-                                previous=None if current is None else current.epsilon, raised=raised,
-                                reason=reason.strip(), set_by=f"steward ({_user()})", created_utc=_now())
+        setting = _setting(epsilon, delta, current.order if current else (order or filter_order(epsilon, delta)),
+                           previous=None if current is None else current.epsilon, raised=raised,
+                           reason=reason.strip(), set_by=f"steward ({_user()})", created_utc=_now())
         tx.append([setting])
     return setting, True

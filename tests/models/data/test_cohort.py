@@ -19,6 +19,7 @@ def test_rule_labels_and_exclusions_are_counted():
         (5, 50, 500, 90, 3.8, 2),    # non-binary label
         (6, 60, 600, 90, 3.8, 0),    # duplicated stay: both copies excluded
         (6, 60, 600, 91, 3.8, 0),
+        (3, 31, 301, 90, 3.8, 0),    # subject 3's second stay: one stay per patient, the earliest
     ])
     cohort = select_cohort(patients)
     assert cohort.stays["icustay_id"].tolist() == [100, 300]
@@ -26,7 +27,7 @@ def test_rule_labels_and_exclusions_are_counted():
     assert cohort.stays["los_7"].tolist() == [0, 1]
     assert cohort.stays["mort_icu"].tolist() == [0, 1]
     assert cohort.exclusions == {"duplicate_stays": 2, "missing_labels": 1, "non_binary_labels": 1,
-                                 "max_hours_le_30": 1}
+                                 "max_hours_le_30": 1, "later_stays_of_a_subject": 1}
     assert len(cohort.stays) + sum(cohort.exclusions.values()) == len(patients)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from opacus.accountants.analysis import rdp as opacus_rdp
 
-from privehr.models.privacy.accounting import DEFAULT_ALPHAS, RDP_ORDERS
+from privehr.models.privacy.accounting import RDP_ORDERS
 from privehr.models.privacy.ledger import LedgerEntry
 from privehr.models.privacy.patient_accounting import check_patient_budget, member_hashes, patient_spend, snapshot_id
 from privehr.models.privacy.rdp_filter import BudgetSetting, epsilon_at, filter_order, rdp_budget
@@ -104,12 +104,15 @@ def test_the_minimum_over_orders_admits_what_the_fixed_order_refuses():
     assert patient_spend(history, {sid: hashes}, DELTA).epsilon[0] == pytest.approx(best)  # labelled RDP there
 
 
-def test_the_order_is_chosen_from_the_budget_alone_among_opacus_orders():
-    for epsilon in (0.5, 1.0, 2.0, 4.0, 8.0):
+def test_the_order_is_chosen_from_the_budget_alone_and_every_budget_has_room():
+    for epsilon in (0.01, 0.1, 0.5, 1.0, 2.0, 4.0, 8.0, 20.0):
         order = filter_order(epsilon, DELTA)
-        assert order in DEFAULT_ALPHAS
-        # the most Gaussian zCDP rho that fits the budget, over the default orders
-        fits = [(epsilon + (math.log(DELTA) + math.log(a)) / (a - 1) - math.log((a - 1) / a)) / a for a in DEFAULT_ALPHAS]
-        assert DEFAULT_ALPHAS[int(np.argmax(fits))] == order
+        assert order in RDP_ORDERS
+        # the most Gaussian zCDP rho that fits the budget, over the accountant's orders
+        fits = [(epsilon + (math.log(DELTA) + math.log(a)) / (a - 1) - math.log((a - 1) / a)) / a for a in RDP_ORDERS]
+        assert RDP_ORDERS[int(np.argmax(fits))] == order
+        assert rdp_budget(epsilon, DELTA, order) > 0  # small budgets too: epsilon 0.1 at order 128 (63 left none)
     with pytest.raises(ValueError, match="order is above 1"):
         BudgetSetting(2.0, DELTA, 1.0)
+    with pytest.raises(ValueError, match="leaves no Renyi divergence"):
+        BudgetSetting(0.1, DELTA, 10.2)  # the conversion alone costs more than 0.1 at order 10.2
