@@ -116,6 +116,8 @@ def test_the_bundle_holds_decoded_tables_its_card_and_the_ledgers_total(runs, ca
     assert main(["release", "show", str(bundle)]) == 0
     card = capsys.readouterr().out
     assert card.startswith("# Data card: synthetic harrod_ehr tables") and "DP end to end" in card
+    # the Harrod spec names no id column: the card says how the hospital's budget charges it (issue 54)
+    assert "the table names no patient id, so its releases are charged to every patient" in " ".join(card.split())
     out = runs["tmp"] / "risks.csv"
     assert main(["predict", str(bundle), "--data", str(runs["tmp"] / "full.csv"), "--out", str(out)]) == 2
     assert "holds synthetic tables" in capsys.readouterr().err and not out.exists()
