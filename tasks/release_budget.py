@@ -179,8 +179,27 @@ def _plan(plans: dict, method, spec: FitSpec, n: int) -> ReleasePlan | None:
     return plans[key]
 
 
+class GridReservations(dict):
+    """The grid's reserved releases by key (:func:`~privehr.tasks.train.fit_key`, ``trial_key``, ``search_score_key``,
+    :func:`evaluation_key`), and what each task of the grid takes of them."""
+
+    def __init__(self, reserved: dict[str, Reserved], cells: list[Cell], training):
+        super().__init__(reserved)
+        self._searches = {cell.cell_id: [key for k in range(len(search_configurations(cell, training)))
+                                         for key in (trial_key(cell, k), search_score_key(cell, k)) if key in self]
+                          for cell in cells}
+
+    def search(self, cell: Cell) -> dict[str, Reserved]:
+        """The cell's search trials and, with ``training.tuning: dp``, their DP dev scores."""
+        return {key: self[key] for key in self._searches.get(cell.cell_id, [])}
+
+    def fits(self, cells: list[Cell], group: list[tuple[int, int]]) -> list[Reserved | None]:
+        """A fit group's final fits, (cell index, seed) in order; None where an earlier attempt made it."""
+        return [self.get(fit_key(cells[i], seed)) for i, seed in group]
+
+
 @task(name="check-privacy-budget")
-def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig) -> dict[str, Reserved]:
+def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig) -> GridReservations:
     """Plan and reserve every release of the grid (search trials included); raise if the budget would be exceeded.
 
     Each plan is built here, once per release, and handed to the fit that trains by it: returns the reserved
@@ -200,12 +219,13 @@ def check_privacy_budget(run_dir: str, cells: list[Cell], config: PipelineConfig
         if not spent:
             raise
         raise BudgetExceeded(f"{refused} This run released before this check: {spent}.", refused.verdict) from None
-    return {k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}
+    return GridReservations({k: Reserved(reservations[k], plan) for k, (_, plan) in planned.items()}, cells,
+                            config.training)
 
 
 def _spent_before_the_grid(run_dir: str, config: PipelineConfig) -> str:
-    """What a pipeline run has released before its grid's budget check, said exactly (the pre-check of
-    ``check-preprocessing-budget`` stops a run that cannot fit before any of it; a run that raced another lands here)."""
+    """What a pipeline run has released before its grid's budget check, said exactly (the patient-budget task leaves
+    out whoever the grid would take past the budget; a run that raced another lands here)."""
     said = []
     run = RunLayout(run_dir)
     if run.record_counts.exists():

@@ -69,8 +69,9 @@ def load_manifest(path: str) -> dict:
 
 
 @task(name="check-labels")
-def check_labels(manifest_path: str, labels: list[str]) -> None:
-    """Stop the run before anything is trained when a label of the grid has a single class in a split."""
+def check_labels(manifest_path: str, labels: list[str]) -> str:
+    """Stop the run before anything is trained when a label of the grid has a single class in a split; return the
+    manifest the run goes on with."""
     rates = load_manifest(manifest_path)["label_rates"]
     for label in labels:
         for split in SPLITS:
@@ -80,3 +81,4 @@ def check_labels(manifest_path: str, labels: list[str]) -> None:
                 raise InputError(f"label {label} has a single class in the {split} split ({value}): no classifier "
                                  "can be trained or evaluated on it, and nothing was trained. Deliver stays with "
                                  f"both outcomes, or leave {label} out of labels.")
+    return manifest_path

@@ -137,3 +137,18 @@ def test_the_wheel_installs_only_privehr(tmp_path):
         for module in (ROOT / folder).rglob("*.py"):
             installed = "/".join([*package.split("."), *module.relative_to(ROOT / folder).parts])
             assert installed in names, f"{module.relative_to(ROOT)} is not in the wheel (add its package to `packages`)"
+
+
+def test_the_flows_read_as_their_dags():
+    """A flow wires tasks: the pipeline's body stays a page (about 50 lines), and no flow picks its tasks' inputs by
+    a string's prefix (a typed record says what each task takes: tasks/release_budget.py's GridReservations)."""
+    import ast
+
+    for path in sorted((ROOT / "flows").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("startswith", "endswith"):
+                pytest.fail(f"{path.name}:{node.lineno} filters by a string's prefix or suffix")
+    tree = ast.parse((ROOT / "flows" / "pipeline.py").read_text())
+    (flow,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "pipeline"]
+    assert flow.end_lineno - flow.lineno + 1 <= 55, f"the pipeline flow is {flow.end_lineno - flow.lineno + 1} lines"

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import get_args
 
 from privehr.cli.common import emit, no_prefect_analytics
-from privehr.core.config import AuditConfig, AuditedMethod, Label
+from privehr.core.config import AuditConfig, Label
+from privehr.core.config.base import BUILTIN_METHODS
 from privehr.core.errors import settings_error
 
 __all__ = ["add_audit_parser"]
@@ -19,9 +20,10 @@ def add_audit_parser(sub, common: argparse.ArgumentParser) -> None:
     audit.add_argument("--shadows", type=int, default=16)
     audit.add_argument("--epsilon", type=float, default=1.0, help="target epsilon of the DP-SGD and DP-trained ExpM "
                                                                   "shadows, and ExpM+NF's eps~")
-    audit.add_argument("--mechanisms", nargs="+", choices=get_args(AuditedMethod),
+    audit.add_argument("--mechanisms", nargs="+", metavar="METHOD",
                        default=AuditConfig.model_fields["mechanisms"].get_default(call_default_factory=True),
-                       help="how the shadows are trained (ExpM ones by the audited run's settings)")
+                       help="how the shadows are trained, by training method (ExpM ones by the audited run's "
+                            f"settings): {', '.join(BUILTIN_METHODS)}, or any other registered")
     audit.add_argument("--label", choices=get_args(Label), default="mort_icu")
     audit.set_defaults(func=audit_command)
 

@@ -15,7 +15,7 @@ pydantic and the deployments' schemas can check them), the registry refuses any 
 >>> shapes["hexagon"]
 Traceback (most recent call last):
 ...
-ValueError: unknown shape 'hexagon'; choose one of ('circle',)
+privehr.core.errors.InputError: unknown shape 'hexagon'; choose one of ('circle',)
 >>> named = Registry("shape", requires=("display_name",))
 >>> @named.register
 ... class Square:
@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Generic, TypeVar
+
+from privehr.core.errors import InputError
 
 __all__ = ["Registry"]
 
@@ -64,7 +66,7 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            raise ValueError(f"unknown {self.what} {name!r}; choose one of {tuple(self._items)}") from None
+            raise InputError(f"unknown {self.what} {name!r}; choose one of {tuple(self._items)}") from None
 
     def __contains__(self, name: object) -> bool:
         return name in self._items

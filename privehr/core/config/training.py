@@ -218,7 +218,7 @@ class TrainingConfig(_Strict):
         DP search's noisy dev scores. What the privacy ceiling holds; ExpM+NF's eps~ shapes a density and is no
         guarantee, so it is not one."""
         targets = {f"training.{name}.epsilons": list(getattr(self, name).epsilons) for name in self.methods
-                   if getattr(type(getattr(self, name)), "accounted", False)}
+                   if getattr(type(getattr(self, name, None)), "accounted", False)}  # a method without settings: none
         if targets and self.search_budget > 1 and self.tuning == "dp":  # each trial's noisy dev scores: a release
             targets["training.search_score_epsilon"] = [self.search_score_epsilon]
         return targets

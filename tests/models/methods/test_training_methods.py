@@ -2,13 +2,14 @@
 registered method passes the same contract (plan, fit, evaluate; pure), and adding one is one module."""
 
 import os
-from typing import ClassVar, get_args
 
 import numpy as np
 import pytest
 import torch
 
-from privehr.core.config import Cell, Method, PrivacyConfig, TrainingConfig, load_config
+from privehr.core.config import PrivacyConfig, TrainingConfig, load_config
+from privehr.core.config.base import BUILTIN_METHODS
+from privehr.core.errors import InputError
 from privehr.models.methods import (TRAINING_METHODS, CellData, Evaluation, FitSpec, Release, TrainingMethod,
                                     create_method, get_method, grid, register_method, seeds_of)
 from privehr.models.privacy.ledger import GUARANTEES, LedgerEntry
@@ -16,23 +17,21 @@ from privehr.models.privacy.randomness import NoiseSource
 from privehr.models.privacy.release_plan import ReleasePlan
 
 
-def test_every_declared_method_is_registered_and_no_other():
-    assert set(TRAINING_METHODS) == set(get_args(Method))
+def test_every_built_in_method_is_registered():
+    assert set(BUILTIN_METHODS) <= set(TRAINING_METHODS)
     assert all(issubclass(m, TrainingMethod) and m.name == name for name, m in TRAINING_METHODS.items())
 
 
-def test_an_undeclared_repeated_or_unnamed_method_is_refused(monkeypatch):
+def test_a_repeated_or_unnamed_method_is_refused_and_an_unknown_name_is_one_line(monkeypatch):
     class Unknown(TrainingMethod):
         name = "gradient_free"
 
-    with pytest.raises(ValueError, match="not declared"):
-        register_method(Unknown)
+    monkeypatch.setattr(TRAINING_METHODS, "_items", dict(TRAINING_METHODS._items))
     with pytest.raises(ValueError, match="registered twice"):
         register_method(get_method("dp_sgd"))
-    monkeypatch.setattr(TRAINING_METHODS, "declared", (*TRAINING_METHODS.declared, "gradient_free"))
     with pytest.raises(ValueError, match="does not set display_name"):  # the report would have no name for it
         register_method(Unknown)
-    with pytest.raises(ValueError, match="unknown training method"):
+    with pytest.raises(InputError, match="unknown training method 'gradient_free'; choose one of"):
         get_method("gradient_free")
 
 
@@ -237,67 +236,7 @@ def test_every_method_plans_fits_and_evaluates_purely(name, tmp_path, monkeypatc
     assert sorted(os.listdir(tmp_path)) == ["state.pt"]  # pure: the method wrote nothing
 
 
-# --- adding a method: one module, its name in the config, its test ---------------------------------------------
-
-class Prior(TrainingMethod):
-    """A toy method, as a new module would define it: predicts the training prevalence (non-private)."""
-
-    name: ClassVar[str] = "prior"
-    display_name: ClassVar[str] = "training prevalence"
-
-    def default_hyperparameters(self, cell):
-        return {}
-
-    def guarantee(self, what="final fit"):
-        return "non_private"
-
-    def fit(self, spec, data, plan, noise):
-        rate = float(data.y.mean())
-        return Release(self.entry(spec, plan), {"rate": rate}, {"epochs": None})
-
-    def evaluate(self, release, inputs, y):
-        from privehr.models.evaluation.metrics import binary_metrics
-        probabilities = np.full(len(y), release.state_["rate"])
-        return Evaluation(binary_metrics(y.cpu().numpy(), probabilities), probabilities)
-
-
-def test_a_toy_method_registered_like_a_new_module_trains_through_the_tasks(tmp_path, monkeypatch):
-    """Declared (its name in the config's Method literal: patched here) and registered, the toy method is found
-    by the grid, planned and reserved by the budget check and fitted by the training task: no other file knows it."""
-    from privehr.core.config import PipelineConfig
-    from privehr.io.ledger import Ledger, read_ledger, reserve
-    from privehr.models.privacy.release_plan import Reserved
-    from privehr.tasks import train
-
-    monkeypatch.setattr(TRAINING_METHODS, "declared", (*TRAINING_METHODS.declared, "prior"))
-    monkeypatch.setattr(TRAINING_METHODS, "_items", dict(TRAINING_METHODS._items))
-    register_method(Prior)
-    from privehr.models.methods import method_display_name
-    from privehr.tasks.report import console_table
-
-    row = {"label": "mort_icu", "model": "logistic_regression", "method": "prior", "loss": "bce",
-           "target_epsilon": None, "auroc_median": 0.5, "guarantee": "not DP (non-private)"}
-    assert method_display_name("prior") == method_display_name("prior", figure=True) == "training prevalence"
-    assert "training prevalence (bce)" in console_table({"results": [row], "evaluation": {"cells": [],
-                                                                                          "confidence": 0.95}})
-    cell = Cell.model_construct(label="mort_icu", model="logistic_regression", method="prior", loss="bce",
-                                target_epsilon=None)
-    method = create_method("prior", SMALL)
-    assert method.trains("logistic_regression") and method.epsilons() == [None]
-    data = _data()
-    monkeypatch.setattr(train, "_data", lambda features_dir, splits, c, device: data)
-    config = PipelineConfig.model_validate({"privacy": {"ledger_path": str(tmp_path / "ledger.jsonl")}})
-    reservations, _, _ = reserve(Ledger(config.privacy.ledger_path), "toy", "run", {
-        "prior/seed0": method.entry(FitSpec(cell, {}), None)}, None, config.privacy.delta, False, "toy")
-    monkeypatch.setattr(train, "_result_key", lambda *parts: "key")
-    import pydantic
-    # the config's Method literal with the toy's name added (a new module adds it in privehr.core.config.base)
-    monkeypatch.setattr(train, "FitRow", pydantic.create_model("ToyRow", __base__=train.FitRow, method=(str, ...)))
-    monkeypatch.setattr(train, "save_predictions", lambda *args: None)
-    row = train.fit_and_evaluate.fn("features", cell, {}, 0, SMALL, config.privacy, str(tmp_path),
-                                    Reserved(reservations["prior/seed0"]), "cpu")
-    assert row["method"] == "prior" and row["guarantee"] == GUARANTEES["non_private"]
-    assert [e.what for e in read_ledger(tmp_path / "ledger.jsonl") if e.status == "released"] == ["final fit"]
+# --- adding a method: one module and its test (tests/flows/test_add_a_method.py runs the documented recipe) ---
 
 
 def test_every_call_of_a_method_or_synthesizer_takes_at_most_five_arguments():
@@ -322,7 +261,6 @@ def test_a_subclass_must_name_itself_not_inherit_its_parents_name(monkeypatch):
     class Variant(DPSGD):
         name = "dp_sgd_variant"
 
-    monkeypatch.setattr(TRAINING_METHODS, "declared", (*TRAINING_METHODS.declared, "dp_sgd_variant"))
     monkeypatch.setattr(TRAINING_METHODS, "_items", dict(TRAINING_METHODS._items))
     with pytest.raises(ValueError, match="does not set display_name"):
         register_method(Variant)
@@ -340,7 +278,7 @@ def test_the_baseline_and_the_epsilon_column_come_from_the_method_classes():
     assert epsilon_label("retired_method", 1.0, 0.5) == 0.5 and not is_baseline("retired_method")
 
 
-@pytest.mark.parametrize("name", sorted(get_args(Method)))
+@pytest.mark.parametrize("name", sorted(BUILTIN_METHODS))
 def test_every_dp_method_s_target_epsilons_are_held_to_the_ceiling(name):
     """The pipeline's ceiling check asks each method's settings whether their epsilons are accounted targets
     (TrainingConfig.targets), naming no method: attacked by a target above the ceiling for each method in turn. A
