@@ -445,7 +445,7 @@ def _sigma_for(accountant: str, target_epsilon: float, delta: float, sample_rate
         return None
 
 
-@lru_cache(maxsize=256)  # public inputs only; 1-3 s a calibration at q = 0.5 (bench/calibration_speed.py)
+@lru_cache(maxsize=256)  # public inputs only; 1-3 s a calibration at q = 0.5 (bench/results/calibration_speed.json)
 def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, steps: int) -> PrivacySpend:
     """Smallest sigma (to Opacus's tolerance) for which PRV and RDP both give epsilon <= target
     (PRV alone where the target is below what RDP can certify at any sigma).

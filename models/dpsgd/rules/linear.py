@@ -61,12 +61,16 @@ def _linear_sums(layer: nn.Module, call: Call, scale: torch.Tensor, mask: torch.
     return sums
 
 
+def _start(call: Call):
+    """(A, B, tokens K, in, out, a zero squared norm per sample) of a (masked) linear layer's call."""
+    a, b = call.activation, call.backprop
+    return a, b, a.shape[1], a.shape[2], b.shape[2], torch.zeros(len(a), dtype=b.dtype, device=b.device)
+
+
 @register_ghost_rule(nn.Linear)
 class LinearRule(GhostRule):
     def squared_norms(self, layer, call):
-        a, b = call.activation, call.backprop
-        k, d_in, d_out = a.shape[1], a.shape[2], b.shape[2]
-        total = torch.zeros(len(a), dtype=b.dtype, device=b.device)
+        a, b, k, d_in, d_out, total = _start(call)
         if layer.weight.requires_grad:
             if k == 1:
                 total += torch.linalg.vector_norm(a[:, 0], dim=1).square() * torch.linalg.vector_norm(b[:, 0], dim=1).square()

@@ -13,7 +13,7 @@ import torch
 from opacus.grad_sample import register_grad_sampler
 
 from privehr.models.dpsgd.rules.base import GhostRule, register_ghost_rule
-from privehr.models.dpsgd.rules.linear import _linear_per_sample, _linear_sums
+from privehr.models.dpsgd.rules.linear import _linear_per_sample, _linear_sums, _start
 from privehr.models.nf.made import MaskedLinear, made_masks
 
 __all__ = ["MaskedLinearRule", "masked_grams_pay", "compute_masked_linear_grad_sample"]
@@ -27,7 +27,7 @@ def _masked_gram_norms(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, gro
 
     two (K x K) Grams per group r: K^2 R (in + out) numbers where the masked gradient has K in out. A MADE's
     mask has at most D distinct rows (one per degree), so at DP-HFlow's shapes (a conditioner used by 3 blocks,
-    276 outputs, R = 12) a whole DP-HFlow fit was 2.9-3.4 times faster than materialising (bench/hflow_cost.py).
+    276 outputs, R = 12) a whole DP-HFlow fit was 2.9-3.4 times faster than materialising (bench/results/hflow_cost.json).
     Each group's sum is the Gram norm of (A * m_r, B restricted to r), so :func:`_gram_norms`' rounding margin
     applies per group, with K^2 R terms in the final sum (and the rounding of m^2 and of the products before the sums, within its factor 2).
     The Grams are formed in float64 whatever the inputs' precision: float32 squares underflow below 1e-19 (an
@@ -58,9 +58,7 @@ def masked_grams_pay(tokens: int, groups: int, d_in: int, d_out: int) -> bool:
 @register_ghost_rule(MaskedLinear)
 class MaskedLinearRule(GhostRule):
     def squared_norms(self, layer, call):
-        a, b = call.activation, call.backprop
-        k, d_in, d_out = a.shape[1], a.shape[2], b.shape[2]
-        total = torch.zeros(len(a), dtype=b.dtype, device=b.device)
+        a, b, k, d_in, d_out, total = _start(call)
         if layer.weight.requires_grad:
             if k == 1:  # sum_j B_j^2 sum_i M_ji^2 A_i^2 (M^2 = M for MADE's binary masks)
                 total += (b[:, 0].square() * (a[:, 0].square() @ layer.mask.square().T)).sum(1)

@@ -28,30 +28,15 @@ class LedgerLayout:
     def _beside(self, suffix: str) -> Path:
         return self.path.with_name(self.path.name + suffix)
 
-    @property
-    def key(self) -> Path:
-        """32 random bytes: the chain's MAC key and the keyed hashes of subject ids."""
-        return self._beside(".key")
-
-    @property
-    def head(self) -> Path:
-        """The number of lines and the last tag, under the key (lines cut from the end are found)."""
-        return self._beside(".head")
-
-    @property
-    def members(self) -> Path:
-        """The membership snapshots (``<id>.u64``), a directory."""
-        return self._beside(".members")
-
-    @property
-    def signing_key(self) -> Path:
-        """The hospital's Ed25519 key that signs every release bundle."""
-        return self._beside(".signing-key")
-
-    @property
-    def trusted_signers(self) -> Path:
-        """The signers' fingerprints ``predict`` trusts beyond the hospital's own (JSON, written on trust-on-first-use)."""
-        return self._beside(".trusted-signers")
+    key = property(lambda self: self._beside(".key"),
+                   doc="32 random bytes: the chain's MAC key and the keyed hashes of subject ids")
+    head = property(lambda self: self._beside(".head"),
+                    doc="the number of lines and the last tag, under the key (lines cut from the end are found)")
+    members = property(lambda self: self._beside(".members"), doc="the membership snapshots (<id>.u64), a directory")
+    signing_key = property(lambda self: self._beside(".signing-key"),
+                           doc="the hospital's Ed25519 key that signs every release bundle")
+    trusted_signers = property(lambda self: self._beside(".trusted-signers"),
+                               doc="the signers' fingerprints predict trusts beyond the hospital's own (JSON)")
 
     def files(self) -> tuple[Path, ...]:
         """Every owner-only file and directory of the ledger (checked by :meth:`Ledger.check_modes`)."""
