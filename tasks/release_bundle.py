@@ -140,7 +140,7 @@ def _search_releases(run: RunLayout, row: FitRow) -> tuple[list[str], int]:
     return releases, len(trials)
 
 
-def _guarantee(total: dict, featurizer: str, counts: str, split: str,
+def _guarantee(total: dict, featurizer: str, counts: dict, split: str,
                exact_tuning: bool = False) -> tuple[str, list[str]]:
     reasons = []
     if split == "stratified":
@@ -154,10 +154,13 @@ def _guarantee(total: dict, featurizer: str, counts: str, split: str,
     if featurizer == "exact":
         reasons.append("the featurizer's statistics are exact statistics of the training stays "
                        "(release.featurizer: exact)")
+    neighbours = bundle_neighbours("ICU stay", counts, total)
+    if neighbours.get("meaningful") is False:  # never "DP" beside a delta of 1/n or more
+        reasons.append(neighbours["why"])
     if reasons:
         return "NOT DP end to end: " + "; ".join(reasons), reasons
-    declared = " (the record counts declared public: release.record_count)" if counts == "public" else ""
-    claim = dp_claim(total, bundle_neighbours("ICU stay", {"source": counts}, total))
+    declared = " (the record counts declared public: release.record_count)" if counts["source"] == "public" else ""
+    claim = dp_claim(total, neighbours)
     return f"DP end to end: {claim} over everything in this bundle{declared}", reasons
 
 
@@ -167,8 +170,8 @@ def _card(config: PipelineConfig, models: list[dict], counts: dict, featurizer: 
     covers = ["the models' weights (DP-SGD), their plans (built from the released record counts), the featurizer's "
               f"statistics ({featurizer['source']}), the record counts ({counts['source']}) and every evaluation "
               "number in this bundle (noisy score histograms)",
-              "the unit is one ICU stay (a record); a patient with k stays in the cohort is protected at about k "
-              "times this epsilon (group privacy)"]
+              "the unit is one ICU stay (a record), and the cohort keeps one stay per patient (each patient's earliest "
+              "eligible stay): one patient"]
     not_covered = ["the run's internal report, exact metrics, cohort and split counts: they stay in the hospital",
                    "other releases from the same dataset (other grid cells, earlier runs): the hospital's privacy "
                    "ledger composes them all",
@@ -266,7 +269,7 @@ def write_release_bundle(run_dir: str, rows: list[dict], config: PipelineConfig,
     entries = [e for e in in_ledger if e.release in cited]
     total = bundle_total([public_entry(e) for e in entries], config.privacy.delta)
     exact_tuning = any(m["tuning"]["method"] == "exact" for m in models)
-    guarantee, _ = _guarantee(total, featurizer["source"], counts["source"], config.split.method, exact_tuning)
+    guarantee, _ = _guarantee(total, featurizer["source"], counts, config.split.method, exact_tuning)
     card = _card(config, models, counts, featurizer, total, guarantee)
     every = sorted(cited)
     sources["card.json"], sources["card.md"] = ({"source": "derived", "releases": every} for _ in range(2))

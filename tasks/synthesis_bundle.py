@@ -74,6 +74,8 @@ def _guarantee(total: dict, missing: str, neighbours: dict) -> str:
         reasons.append("the synthesizers were trained on MICE imputations fitted on all training patients "
                        "(synthesis.missing: mice_first): one patient's values move every other patient's "
                        "imputations")
+    if neighbours.get("meaningful") is False:  # never "DP" beside a delta of 1/n or more
+        reasons.append(neighbours["why"])
     if reasons:
         return "NOT DP end to end: " + "; ".join(reasons)
     return f"DP end to end: {dp_claim(total, neighbours)} over everything in this bundle"

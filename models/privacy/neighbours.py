@@ -40,11 +40,18 @@ def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
 
 
 def neighbouring_relation(epsilon: float | None, delta: float, unit: str, count_public: bool,
-                          within: str | None = None) -> dict:
+                          within: str | None = None, records: int | None = None) -> dict:
     """The relation a bundle's guarantee holds under, for its claimed add/remove-one total (``epsilon``, ``delta``;
     epsilon None where the total is not DP): add/remove one ``unit``, or, where the bundle carries the exact count of
     ``unit`` records, replace one ``unit`` with the total group privacy gives it (``within``: the replacement stays in
-    that part, where the counts of several parts are shipped)."""
+    that part, where the counts of several parts are shipped). Where that delta is 1/``records`` or more (a delta
+    that allows publishing a record outright), the relation holds no meaningful guarantee: ``meaningful`` False and
+    no epsilon, never a "DP" with it.
+
+    >>> none = neighbouring_relation(16.8, 1e-5, "patient", count_public=True, records=84)
+    >>> none["meaningful"], none["epsilon"], none["delta"]
+    (False, None, None)
+    """
     if not count_public:
         return {"relation": f"add/remove one {unit}", "why": f"the {unit} count is not released exactly"}
     out = {"relation": f"replace one {unit}" + (f" within {within}" if within else ""),
@@ -54,4 +61,8 @@ def neighbouring_relation(epsilon: float | None, delta: float, unit: str, count_
     if epsilon is None or not math.isfinite(epsilon):
         return out | {"epsilon": None, "delta": None}
     eps, dlt = group_privacy(epsilon, delta, 2)
+    if records is not None and dlt * records >= 1:
+        return out | {"epsilon": None, "delta": None, "meaningful": False,
+                      "why": out["why"] + f"; at epsilon {epsilon:.3g} that delta is {dlt:.2g}, not below one over the "
+                             f"{records} {unit}s: no meaningful guarantee at this epsilon"}
     return out | {"epsilon": eps, "delta": dlt}

@@ -160,13 +160,14 @@ def _dp_fields(card: dict) -> list[dict]:
         epsilon, delta = (privacy[claimed], [f"privacy.{claimed}"]), (privacy["delta"], ["privacy.delta"])
     tuned, why = _tuning(card)
     return [
-        {"field": "unit of privacy", "value": "one ICU stay", "note": "a patient with k stays is protected at about "
-         "k times epsilon (group privacy)", "where": ["privacy.covers"]},
+        {"field": "unit of privacy", "value": "one ICU stay", "note": "the cohort keeps one stay per patient (each "
+         "patient's earliest eligible stay), so one patient", "where": ["privacy.covers"]},
         {"field": "neighbouring relation", "value": n.get("relation", "add/remove one ICU stay"), "note": "",
          "where": ["privacy.neighbours.relation"] if n else ["privacy.guarantee"]},
-        {"field": "epsilon", "value": epsilon[0], "note": "the claim, under the relation above",
-         "where": epsilon[1]},
-        {"field": "delta", "value": delta[0], "note": "", "where": delta[1]},
+        {"field": "epsilon", "value": "none" if epsilon[0] is None else epsilon[0],
+         "note": "the claim, under the relation above" if epsilon[0] is not None else "no meaningful guarantee under "
+         "the relation above: group privacy's delta is 1/n or more", "where": epsilon[1]},
+        {"field": "delta", "value": "none" if delta[0] is None else delta[0], "note": "", "where": delta[1]},
         {"field": "accountants", "value": "PRV, RDP, PLD", "note": "each composes the bundle's releases under "
          "add/remove-one neighbours; the claim is PRV's (RDP's where PRV has none)",
          "where": ["privacy.epsilon_prv", "privacy.epsilon_rdp", "privacy.epsilon_pld"]},

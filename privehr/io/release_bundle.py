@@ -107,7 +107,8 @@ def bundle_neighbours(unit: str, counts: dict | None, total: dict) -> dict:
     claimed = total["epsilon_prv"] if total.get("epsilon_prv") is not None else total.get("epsilon_rdp")
     per_split = public and "patients_delivered" not in counts  # a model bundle's counts: train, dev and test
     within = "its split (the counts of train, dev and test are public)" if per_split else None
-    return neighbouring_relation(claimed, total["delta"], unit, public, within=within)
+    records = counts.get("patients_delivered") or sum((counts.get("stays") or {}).values()) or None
+    return neighbouring_relation(claimed, total["delta"], unit, public, within=within, records=records)
 
 
 def card_neighbours(card: dict, total: dict) -> dict:
@@ -119,6 +120,8 @@ def card_neighbours(card: dict, total: dict) -> dict:
 def dp_claim(total: dict, neighbours: dict) -> str:
     """A DP bundle's (epsilon, delta) as its guarantee states it: the total, or under replace-one neighbours the
     group-privacy total, named."""
+    if neighbours.get("meaningful") is False:
+        return f"no meaningful guarantee under {neighbours['relation']} neighbours"
     if "epsilon" in neighbours:
         return f"(epsilon {neighbours['epsilon']:.3g}, delta {neighbours['delta']:.2g}) under " \
                f"{neighbours['relation']} neighbours"

@@ -191,7 +191,10 @@ def test_exact_public_counts_make_the_card_claim_replace_one_at_the_group_privac
     """Issue 41 item 3: with the record counts shipped exactly, add/remove-one neighbours are told apart by the
     counts, so the card (and the guarantee) claims replace-one at (2 epsilon, (1 + e^epsilon) delta); a card that
     says add/remove-one, or the add/remove total, there fails verification."""
-    public, dp = small_bundle.make_bundle(tmp_path / "public", "public"), small_bundle.make_bundle(tmp_path / "dp")
+    # sigma 2: an add/remove total (2.8) at which group privacy keeps delta below 1/n (issue 55: never "DP" beside a
+    # delta of 1/n or more; the next test)
+    public, dp = (small_bundle.make_bundle(tmp_path / "public", "public", sigma=2.0),
+                  small_bundle.make_bundle(tmp_path / "dp", sigma=2.0))
     assert dp["total"]["epsilon_prv"] > 0
     card = json.loads((dp["bundle"] / "card.json").read_text())
     assert card["privacy"]["neighbours"]["relation"] == "add/remove one ICU stay"
@@ -219,6 +222,22 @@ def test_exact_public_counts_make_the_card_claim_replace_one_at_the_group_privac
         manifest["card"]["privacy"]["neighbours"] = n | {"epsilon": eps, "delta": delta}
     _forge(public["bundle"], understated, Ed25519PrivateKey.generate())
     assert _has(_problems(public), "neighbouring relation", "(replace one ICU stay within its split")
+
+
+def test_where_group_privacy_leaves_delta_at_1_over_n_or_more_no_guarantee_is_claimed(tmp_path, capsys):
+    """Issue 55.4: a synthesis card said "DP end to end: (epsilon 33.6, delta 2e+02)": group privacy of two at the add/
+    remove total gives a delta no guarantee can carry. With the counts shipped exactly and a total whose replace-one
+    delta is 1/n or more, the guarantee says so, names no epsilon, and the bundle verifies as that claim."""
+    made = small_bundle.make_bundle(tmp_path, "public")  # sigma 1: add/remove epsilon 7.8, replace-one delta 0.025
+    card = json.loads((made["bundle"] / "card.json").read_text())
+    n = card["privacy"]["neighbours"]
+    assert n["meaningful"] is False and n["epsilon"] is None and n["delta"] is None
+    guarantee = card["privacy"]["guarantee"]
+    assert guarantee.startswith("NOT DP end to end") and "no meaningful guarantee at this epsilon" in guarantee
+    assert "DP end to end: (epsilon" not in guarantee
+    assert verify_bundle(made["bundle"], made["entries"], made["fingerprint"])["ok"]
+    assert main(["release", "show", str(made["bundle"]), "--key-fingerprint", made["fingerprint"]]) == 0
+    assert "no meaningful guarantee" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("damage, words", [

@@ -53,7 +53,7 @@ def test_every_field_the_map_names_is_on_a_real_card(tmp_path):
 
 
 def test_the_dp_fields_are_the_cards_own_claim(tmp_path):
-    public = _card(small_bundle.make_bundle(tmp_path / "public", "public"))  # exact counts: replace-one
+    public = _card(small_bundle.make_bundle(tmp_path / "public", "public", sigma=2.0))  # exact counts: replace-one
     dp = _dp(public)
     n = public["privacy"]["neighbours"]
     assert dp["neighbouring relation"] == n["relation"] and n["relation"].startswith("replace one ICU stay")
@@ -85,7 +85,7 @@ def test_every_tripod_ai_subitem_is_answered_or_listed_as_not_answered():
 
 
 def test_card_md_prints_the_map_before_intended_use_and_the_bundle_verifies(tmp_path):
-    made = small_bundle.make_bundle(tmp_path, "public")
+    made = small_bundle.make_bundle(tmp_path, "public", sigma=2.0)
     card, text = _card(made), (made["bundle"] / "card.md").read_text()
     assert text.index("## Reporting standards") < text.index("## Intended use and limits")
     assert "| 12e | Performance measures: discrimination and calibration | models.evaluation.auroc, " in text

@@ -46,12 +46,13 @@ def sha(data: bytes) -> str:
 
 
 def make_bundle(tmp_path: Path, count_source: str = "dp", variables: list[str] | None = None,
-                test_records: int = 400) -> dict:
+                test_records: int = 400, sigma: float = 1.0) -> dict:
     """An honest bundle under ``tmp_path / "release"``: two DP-SGD logistic regressions over ``variables`` (three
     placeholders by default), their DP evaluations, record counts released by the geometric mechanism (``dp``) or
     exact (``public``: ``release.record_count: public``), a public featurizer; signed by the hospital's key beside
     ``tmp_path / "hospital" / "ledger.jsonl"``. ``test_records``: the size of the test split its DP evaluations
-    count (many make them informative). Returns its paths, entries, key fingerprint and total."""
+    count (many make them informative); ``sigma``: the fits' noise multiplier (the evaluations' is twice it). Returns
+    its paths, entries, key fingerprint and total."""
     variables = variables or [f"v{i}" for i in range(N_VARIABLES)]
     config = PipelineConfig.model_validate({"device": "cpu"})
     ledger_path = tmp_path / "hospital" / "ledger.jsonl"
@@ -63,13 +64,14 @@ def make_bundle(tmp_path: Path, count_source: str = "dp", variables: list[str] |
     for k, (label, cell) in enumerate(CELLS.items()):
         weights_file = weights(label, k, len(variables))
         (out / f"models/{cell}.pt").write_bytes(weights_file)
-        fit = LedgerEntry("d", f"r/final-fit#{k}", "dp_sgd", delta=DELTA, noise_multiplier=1.0, sample_rate=0.1,
+        fit = LedgerEntry("d", f"r/final-fit#{k}", "dp_sgd", delta=DELTA, noise_multiplier=sigma, sample_rate=0.1,
                           steps=50, run_id="r", what="final fit", sha256=sha(weights_file))
-        evaluation = LedgerEntry("d", f"r/DP-evaluation#{k}", "gaussian", delta=DELTA, noise_multiplier=2.0,
+        evaluation = LedgerEntry("d", f"r/DP-evaluation#{k}", "gaussian", delta=DELTA, noise_multiplier=2 * sigma,
                                  sample_rate=1.0, steps=1, run_id="r", what="DP evaluation")
         entries += [fit, evaluation]
         y = rng.integers(0, 2, test_records)
-        histograms = noisy_histograms(np.clip(0.3 + 0.4 * y + rng.normal(0, 0.2, test_records), 0, 1), y, 10, 2.0,
+        scores = np.clip(0.3 + 0.4 * y + rng.normal(0, 0.2, test_records), 0, 1)
+        histograms = noisy_histograms(scores, y, 10, 2 * sigma,
                                       rng)
         metrics = metrics_from_histograms(histograms, 0.95, 50, records=test_records).as_dict()  # counts.json's
         evaluations[cell] = {"release": evaluation.release, "histograms": histograms.as_dict(), "metrics": metrics}
@@ -77,7 +79,7 @@ def make_bundle(tmp_path: Path, count_source: str = "dp", variables: list[str] |
         models.append({"cell_id": cell, "file": f"models/{cell}.pt", "label": label,
                        "label_definition": LABEL_DEFINITIONS[label], "model": "logistic_regression", "loss": "bce",
                        "target_epsilon": 1.0, "release": fit.release,
-                       "plan": {"noise_multiplier": 1.0, "sample_rate": 0.1, "steps": 50, "max_grad_norm": 1.0,
+                       "plan": {"noise_multiplier": sigma, "sample_rate": 0.1, "steps": 50, "max_grad_norm": 1.0,
                                 "epsilon": 1.0}, "tuning": {"method": "none", "trials": 1},
                        "evaluation": metrics, "evaluation_release": evaluation.release})
     featurizer = {"variables": variables, "mean": [0.0] * len(variables), "std": [1.0] * len(variables),
@@ -98,7 +100,7 @@ def make_bundle(tmp_path: Path, count_source: str = "dp", variables: list[str] |
                 "card.json": {"source": "derived", "releases": every},
                 "card.md": {"source": "derived", "releases": every}}
     total = bundle_total([public_entry(e) for e in entries], DELTA)
-    guarantee, _ = _guarantee(total, "public", count_source, "hash")
+    guarantee, _ = _guarantee(total, "public", counts, "hash")
     card = _card(config, models, counts, featurizer, total, guarantee)
     key, created = hospital_key(ledger_path)
     with Ledger(ledger_path).transaction() as tx:  # the hospital's ledger holds the releases
