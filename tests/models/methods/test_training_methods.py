@@ -318,3 +318,37 @@ def test_a_dp_search_s_score_epsilon_is_held_to_the_ceiling():
     assert "training.search_score_epsilon" not in PipelineConfig(
         training={"search_budget": 4, "search_score_epsilon": 50.0, "tuning": "exact"}).training.targets()
     assert "training.search_score_epsilon" not in TrainingConfig(search_score_epsilon=50.0).targets()  # no search
+
+
+def _tensors(value, prefix="") -> dict:
+    """Every tensor and array of a release's state, by path."""
+    if isinstance(value, torch.Tensor):
+        return {prefix: value.detach().double()}
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return {prefix: torch.as_tensor(value).double()}
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _tensors(item, f"{prefix}/{key}").items()}
+    if isinstance(value, (list, tuple)):
+        return {k: v for i, item in enumerate(value) for k, v in _tensors(item, f"{prefix}/{i}").items()}
+    return {}
+
+
+@pytest.mark.parametrize("name", sorted(TRAINING_METHODS))
+def test_fit_many_is_fit_one_by_one_under_reproducible_noise(name, one_thread):
+    """The batching contract, for every registered method (issue 58): training a family's releases together is how
+    they are computed, never what each is: with the same reproducible noise, each release of ``fit_many`` is the
+    release ``fit`` makes alone (a method that does not batch passes trivially)."""
+    method = create_method(name, SMALL, PrivacyConfig())
+    family = [c for c in grid(SMALL, ["mort_icu"]) if c.method == name and c.model == "logistic_regression"][:2]
+    specs = [FitSpec(cell, method.default_hyperparameters(cell), seed=seed) for cell in family for seed in (0, 1)]
+    data = _data()
+    plans = [method.plan(spec, len(data.y)) for spec in specs]
+    noise = (lambda k: NoiseSource.reproducible("contract", name, k))  # noqa: E731
+    together = method.fit_many(specs, data, plans, [noise(k) for k in range(len(specs))])
+    for k, (spec, plan) in enumerate(zip(specs, plans)):
+        torch.manual_seed(spec.seed)  # a method's public initialisation draws from its seed, as fit_many's does
+        alone = _tensors(method.fit(spec, data, plan, noise(k)).state_)
+        mine = _tensors(together[k].state_)
+        assert alone.keys() == mine.keys() and alone, (name, k)
+        for path, value in alone.items():
+            assert torch.allclose(mine[path], value, rtol=1e-4, atol=1e-5), (name, k, path)
