@@ -99,8 +99,9 @@ _STORE_LOCK = threading.Lock()
 def use_store(store: AccountingStore | None) -> AccountingStore | None:
     """Keep calibrations and compositions in ``store`` from now on (None: this process only); returns the previous."""
     global _STORE, _STORE_FACTORY
+    previous = _store()  # a pending factory made now: the store it makes is what a caller restores later
     with _STORE_LOCK:
-        previous, _STORE, _STORE_FACTORY = _STORE, store, None
+        _STORE, _STORE_FACTORY = store, None
     return previous
 
 

@@ -27,8 +27,8 @@ def store(tmp_path):
         cached.cache_clear()
     yield cache
     use_store(previous)
-    calibrate_noise_multiplier.cache_clear()
-    accounting._compose.cache_clear()
+    for cached in (calibrate_noise_multiplier, accounting._compose, accounting._rdp_step_stored):
+        cached.cache_clear()  # what this store held (an edited one, in some tests) is not the next test's
 
 
 def _rows(cache: AccountingCache, kind: str) -> list[tuple[str, dict]]:
