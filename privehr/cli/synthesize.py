@@ -4,11 +4,10 @@ fidelity report)."""
 from __future__ import annotations
 
 import argparse
-from typing import get_args
 from pathlib import Path
 
 from privehr.cli.common import add_release_run_options, emit, no_prefect_analytics, release_run_settings
-from privehr.core.config import SynthesisConfig, Synthesizer
+from privehr.core.config import SynthesisConfig
 from privehr.core.errors import InputError, settings_error
 
 __all__ = ["add_synthesize_parser"]
@@ -32,10 +31,11 @@ def add_synthesize_parser(sub, common: argparse.ArgumentParser) -> None:
     synth.add_argument("--releases", type=int, help="synthetic tables per flow")
     synth.add_argument("--iterations", type=int, help="MICE rounds")
     synth.add_argument("--steps", type=int, help="DP-SGD steps T (of every flow synthesizer)")
-    synth.add_argument("--synthesizers", nargs="+", choices=get_args(Synthesizer),
+    synth.add_argument("--synthesizers", nargs="+", metavar="NAME",
                        help="maf: DP-NF; hflow: DP-HFlow (mixed types); aim, mst: marginal-based; aim_dyadic: AIM "
-                            "plus DP values within its bins (the marginal ones: epsilon budgets). Default: aim_dyadic "
-                            "for a table with a discrete attribute, maf for an all-numeric one")
+                            "plus DP values within its bins (the marginal ones: epsilon budgets); or any other "
+                            "registered. Default: aim_dyadic for a table with a discrete attribute, maf for an "
+                            "all-numeric one")
     synth.add_argument("--classification-target", help="binary column of the utility classifiers (default: the "
                                                        "spec's targets.classification)")
     synth.add_argument("--regression-target", help="numeric column of the random forest (default: the spec's)")

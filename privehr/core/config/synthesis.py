@@ -13,7 +13,8 @@ from privehr.core.config.privacy import _ledger_beside_runs, PrivacyConfig
 
 __all__ = ["default_synthesizers",
            "Budget", "DPNFConfig", "EHRPrepareConfig", "HFlowConfig", "MarginalConfig",
-           "MICEConfig", "StaticImputationConfig", "SynthesisConfig", "SynthesisMICEConfig", "Synthesizer"]
+           "MICEConfig", "StaticImputationConfig", "SynthesisConfig", "SynthesisMICEConfig", "Synthesizer",
+           "BUILTIN_SYNTHESIZERS"]
 
 
 class MICEConfig(_Strict):
@@ -112,7 +113,11 @@ class MarginalConfig(_Strict):
                                                       "counts sum below this many of their noise's SD")
 
 
-Synthesizer = Literal["maf", "hflow", "aim", "mst", "aim_dyadic"]
+# A synthesizer is one registered class in privehr.models.synthesis, found by its name: a module that registers
+# another is all it takes (the registry refuses a name it does not hold, in one line). The ones privehr ships:
+BUILTIN_SYNTHESIZERS = ("maf", "hflow", "aim", "mst", "aim_dyadic")
+Synthesizer = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$",
+                                   json_schema_extra={"examples": list(BUILTIN_SYNTHESIZERS)})]
 
 
 def default_synthesizers(spec) -> list[str]:

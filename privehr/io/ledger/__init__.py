@@ -7,22 +7,27 @@ source's and patient's totals, verification), :mod:`~privehr.io.ledger.reservati
 :mod:`~privehr.io.ledger.budget` (the project's budget, kept in the ledger) and :mod:`~privehr.io.ledger.migrate`. How to read a ledger: docs/privacy-ledger.md.
 """
 
-from privehr.io import accounting_cache
-from privehr.io.ledger.chain import ChainState, LedgerTampered, LedgerUnreadable
-from privehr.io.ledger.file import Ledger, read_ledger
-from privehr.io.ledger.layout import LedgerLayout, write_private
-from privehr.io.ledger.migrate import migrate_ledger
-from privehr.io.ledger.reservations import (BudgetExceeded, record_release, release_id, reserve, void_open_reservations,
-                                            void_reservation)
-from privehr.io.ledger.budget import held_to, ledger_delta, set_budget
-from privehr.io.ledger.views import (VIEW_MAX_DISTINCT, ledger_patients, ledger_totals, short_dataset, source_patients,
-                                     verify_ledger)
-from privehr.models.privacy.patient_accounting import PatientVerdict
+import importlib
 
-accounting_cache.install()  # calibrations and compositions outlive the process (public inputs only)
+#: each name of the interface and the module it lives in: imported when first asked for, so that a light command
+#: reading one side file (``bundle_signature`` reads the layout) does not load the accountants
+_WHERE = {"ChainState": "chain", "LedgerTampered": "chain", "LedgerUnreadable": "chain",
+          "Ledger": "file", "read_ledger": "file", "LedgerLayout": "layout", "write_private": "layout",
+          "migrate_ledger": "migrate", "BudgetExceeded": "reservations", "record_release": "reservations",
+          "release_id": "reservations", "reserve": "reservations", "void_open_reservations": "reservations",
+          "void_reservation": "reservations", "held_to": "budget", "ledger_delta": "budget", "set_budget": "budget",
+          "VIEW_MAX_DISTINCT": "views", "ledger_patients": "views", "ledger_totals": "views",
+          "short_dataset": "views", "source_patients": "views", "verify_ledger": "views"}
 
-__all__ = ["Ledger", "read_ledger", "ledger_totals", "ledger_patients", "ledger_delta", "reserve", "record_release",
-           "release_id", "BudgetExceeded", "short_dataset", "LedgerTampered", "LedgerUnreadable", "ChainState",
-           "verify_ledger", "migrate_ledger", "source_patients", "PatientVerdict", "VIEW_MAX_DISTINCT",
-           "void_reservation", "void_open_reservations", "LedgerLayout", "write_private", "set_budget",
-           "held_to"]
+__all__ = [*_WHERE, "PatientVerdict"]
+
+
+def __getattr__(name: str):
+    if name == "PatientVerdict":
+        from privehr.models.privacy.patient_accounting import PatientVerdict
+        return PatientVerdict
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value  # once
+    return value

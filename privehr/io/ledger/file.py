@@ -23,6 +23,7 @@ import numpy as np
 
 from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps
+from privehr.io import accounting_cache
 from privehr.io.ledger.chain import ChainState, LedgerTampered, check_chain
 from privehr.io.ledger.layout import LedgerLayout, write_private
 from privehr.io.ledger.members import read_snapshots, write_snapshot
@@ -30,6 +31,8 @@ from privehr.models.privacy.ledger import LedgerEntry, chain_start, chain_tag, h
 from privehr.models.privacy.rdp_filter import BudgetSetting
 
 __all__ = ["Ledger", "read_ledger"]
+
+accounting_cache.install()  # calibrations and compositions outlive the process (public inputs only)
 
 
 class _Transaction:
