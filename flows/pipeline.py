@@ -43,16 +43,18 @@ from privehr.tasks.static_imputation import impute_static_table
 from privehr.tasks.train import batching, fit_group, group_size, search_hyperparameters
 from privehr.tasks.validate import validate_delivery
 from privehr.tasks.versioning import pull_inputs, version_run
-from privehr.models.methods import fit_groups, grid, seeds_of
+from privehr.models.methods import fit_groups, get_method, grid, seeds_of
+from privehr.models.synthesis import get_synthesizer
 from privehr.io.permissions import private_run
 
-__all__ = ["pipeline", "train_grid", "on_dask"]
+__all__ = ["pipeline", "train_grid", "check_names", "on_dask"]
 
 
 @flow(name="privehr-pipeline", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=CONCURRENT_FITS))
 @private_run  # umask 077: every file of the run owner-only
 def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
     """Train and evaluate the grid of ``config`` on a MIMIC-Extract file; return the run summary."""
+    check_names(config)  # a method or synthesizer no module registered: one line, before anything is read or spent
     data, checks, clock = config.data, config.validation, StageClock()
     window = dict(window_hours=data.window_hours, gap_hours=data.gap_hours, chunk_rows=data.chunk_rows)
     spec = str(checks.spec) if checks.spec else None
@@ -102,6 +104,15 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
             with clock.stage("version"):
                 summary["versioning"] = version_run(run_dir, config.versioning.push)
     return summary | {"stage_seconds": clock.seconds}
+
+
+def check_names(config: PipelineConfig) -> None:
+    """Refuse, in one line, a training method or synthesizer that no module registered (names are looked up, not
+    declared: the configuration takes any name its pattern allows)."""
+    for name in config.training.methods:
+        get_method(name)
+    for name in (config.synthesis.synthesizers or []) if config.synthesis is not None else []:
+        get_synthesizer(name)
 
 
 def train_grid(features: str, cells: list, reservations: GridReservations, config: PipelineConfig, run_dir: str,

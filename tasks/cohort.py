@@ -71,7 +71,9 @@ def _array(column: pd.Series) -> np.ndarray:
 FIXES = {"quarantined": "see the validation report and the quarantine files",
          "duplicate_stays": "deliver each stay once",
          "missing_labels": "deliver mort_icu, mort_hosp, los_icu and max_hours for every stay",
-         "non_binary_labels": "deliver mort_icu and mort_hosp as integers 0/1"}
+         "non_binary_labels": "deliver mort_icu and mort_hosp as integers 0/1",
+         "later_stays_of_a_subject": "the cohort keeps one stay per patient (the unit of privacy): deliver more "
+                                     "patients"}
 
 
 def _check_size(cohort, delivered: int, window_hours: int, gap_hours: int) -> None:

@@ -273,3 +273,21 @@ def test_options_of_one_load_config_never_reach_the_next():
     load_config(None, "demo", **{"training.expm_nf.models": ["grud"], "synthesis.mice.m": 7})
     again = load_config(None, "demo")
     assert again.training.expm_nf.models == ["logistic_regression"] and again.synthesis.mice.m == 2
+
+
+def test_a_method_or_synthesizer_no_module_registered_is_one_line_before_anything_is_read(tmp_path, small_extract,
+                                                                                           capsys):
+    """Names are looked up, not declared (issue 58): a mistyped one is refused in one line before Prefect starts and
+    before the ledger holds anything (a review found the synthesizer's refused only after the counts were spent)."""
+    ledger = tmp_path / "ledger.jsonl"
+    for section in ({"training": {"methods": ["dp_sgdd"]}}, {"synthesis": {"path": str(small_extract),
+                                                                           "synthesizers": ["mafx"]}}):
+        cfg = tmp_path / "cfg.json"
+        cfg.write_text(json.dumps({"data": {"hdf5_path": str(small_extract)}, "versioning": {"dvc": False},
+                                   "privacy": {"ledger_path": str(ledger)}, **section}))
+        assert main(["run", "--config", str(cfg), "--artifacts-dir", str(tmp_path / "artifacts")]) == 2
+        err = capsys.readouterr().err
+        assert "unknown" in err and ("dp_sgdd" in err or "mafx" in err) and "\n" not in err.strip()
+        assert not ledger.exists() or ledger.read_text() == ""
+    assert main(["audit", str(tmp_path), "--mechanisms", "nope"]) == 2
+    assert "unknown training method 'nope'" in capsys.readouterr().err

@@ -100,9 +100,12 @@ def stack_models(models: Sequence[nn.Module]) -> nn.Module:
         replacement = kind([n[name] for n in named])
         parent, _, child = name.rpartition(".")
         setattr(stacked.get_submodule(parent) if parent else stacked, child, replacement)
-    for name, buffer in models[0].named_buffers():
-        if any(not torch.equal(dict(m.named_buffers())[name], buffer) for m in models[1:]):
-            raise ValueError(f"buffer {name!r} differs between the members: they cannot share one forward")
+    fixed = lambda m: {**dict(m.named_buffers()), **{n: p for n, p in m.named_parameters()  # noqa: E731
+                                                     if not p.requires_grad}}
+    for name, value in fixed(models[0]).items():  # one copy is read by the shared forward: it must be everyone's
+        if any(not torch.equal(fixed(m)[name], value) for m in models[1:]):
+            raise ValueError(f"{name!r} (a buffer or frozen parameter) differs between the members: they cannot "
+                             "share one forward")
     return stacked
 
 

@@ -34,6 +34,10 @@ def audit_command(args) -> int:
                              mechanisms=args.mechanisms)
     except ValueError as err:
         raise settings_error(err, "audit options") from None
+    from privehr.models.methods import get_method  # deferred for start-up time (torch)
+
+    for name in config.mechanisms:  # found by name: an unknown one is one line, before anything is reserved
+        get_method(name)
     no_prefect_analytics()
     from privehr.flows.audit import audit  # deferred for start-up time (prefect, torch)
 

@@ -82,10 +82,9 @@ def run_command(args) -> int:
 
     ledger = Ledger(config.privacy.ledger_path)
     ledger.state()  # a tampered ledger is named before anything is read
-    from privehr.models.methods import TRAINING_METHODS  # a method is found by name: an unknown one is one line
+    from privehr.flows.pipeline import check_names  # deferred for start-up time (prefect, torch)
 
-    for name in config.training.methods:
-        TRAINING_METHODS[name]
+    check_names(config)  # a method or synthesizer found by name: an unknown one is one line, before Prefect starts
     _check_artifacts_dir(Path(config.artifacts_dir))
     ledger.probe_writable()  # and an unwritable one before Prefect starts
     if config.synthesis is not None and not Path(config.synthesis.path).exists():

@@ -23,16 +23,25 @@ privehr.core.errors.InputError: unknown shape 'hexagon'; choose one of ('circle'
 Traceback (most recent call last):
 ...
 ValueError: shape 'square' does not set display_name
+>>> @named.register  # doctest: +ELLIPSIS
+... class Triangle:
+...     name = "Triangle"
+Traceback (most recent call last):
+...
+ValueError: shape name 'Triangle' is not one a configuration can hold (^[a-z][a-z0-9_]*$: lowercase ...
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from privehr.core.errors import InputError
 
-__all__ = ["Registry"]
+__all__ = ["Registry", "NAME_PATTERN"]
+
+NAME_PATTERN = r"^[a-z][a-z0-9_]*$"  # the names a configuration holds (privehr.core.config: Method, Synthesizer)
 
 T = TypeVar("T")
 
@@ -47,6 +56,9 @@ class Registry(Generic[T]):
     def register(self, cls: type[T]) -> type[T]:
         """Class decorator: store ``cls`` under ``cls.name``; refused where it lacks an attribute every
         implementation must set (``requires``: a display name, say, so that no table elsewhere has to name it)."""
+        if not re.fullmatch(NAME_PATTERN, str(getattr(cls, "name", ""))):
+            raise ValueError(f"{self.what} name {getattr(cls, 'name', None)!r} is not one a configuration can hold "
+                             f"({NAME_PATTERN}: lowercase letters, digits and _)")
         if self.declared is not None and cls.name not in self.declared:
             raise ValueError(f"{self.what} {cls.name!r} is not declared in the configuration (one of "
                              f"{self.declared})")

@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from privehr.core.errors import InputError
 from privehr.core.strict_json import strict_dumps
 from privehr.io.card_standards import reporting_problems
+from privehr.io import accounting_cache
 from privehr.io.bundle_signature import SIGNATURE, signature_problems, signature_record
 from privehr.models.privacy.ledger import LedgerEntry, compose_entries
 from privehr.models.privacy.neighbours import neighbouring_relation
@@ -41,6 +42,8 @@ from privehr.models.privacy.neighbours import neighbouring_relation
 __all__ = ["BUNDLE_FORMAT", "BUNDLE_FILES", "MANIFEST", "SIGNATURE", "write_manifest", "verify_bundle", "read_bundle",
            "Bundle", "render_card", "card_json", "bundle_total", "bundle_neighbours",
            "card_neighbours", "dp_claim", "calibration_text"]
+
+accounting_cache.install()  # a bundle's total is composed again when it is read: by the project's stored curves
 
 BUNDLE_FORMAT = "privehr-release-bundle/1"
 MANIFEST = "manifest.json"
@@ -107,7 +110,12 @@ def bundle_neighbours(unit: str, counts: dict | None, total: dict) -> dict:
     claimed = total["epsilon_prv"] if total.get("epsilon_prv") is not None else total.get("epsilon_rdp")
     per_split = public and "patients_delivered" not in counts  # a model bundle's counts: train, dev and test
     within = "its split (the counts of train, dev and test are public)" if per_split else None
-    records = counts.get("patients_delivered") or sum((counts.get("stays") or {}).values()) or None
+    # the fewest records any of the bundle's releases ran on (the conservative reading of delta < 1/n): a synthesis
+    # bundle's training patients, a model bundle's test split (its DP evaluation) or train and dev (its fits)
+    stays = counts.get("stays") or {}
+    sizes = [counts.get("training_patients") or counts.get("patients_delivered"),
+             (stays.get("train", 0) + stays.get("dev", 0)) or None, stays.get("test")]
+    records = min((s for s in sizes if s), default=None)
     return neighbouring_relation(claimed, total["delta"], unit, public, within=within, records=records)
 
 
@@ -301,6 +309,14 @@ def _card_problems(bundle: Path, manifest: dict, files: dict, listed: dict) -> l
     except (KeyError, TypeError, AttributeError):
         derived = None
     stated = privacy.get("neighbours")
+    if derived is not None and derived.get("meaningful") is False:
+        if str(manifest.get("guarantee", "")).startswith("DP"):
+            problems.append("the guarantee claims DP where its relation holds no meaningful guarantee (group "
+                            "privacy's delta is 1/n or more)")
+        if isinstance(stated, dict) and "meaningful" not in stated:
+            problems.append("the card claims a replace-one guarantee whose delta is 1/n or more: written before "
+                            "privehr stopped claiming one there; write the bundle again from its run")
+            stated = derived  # said once, above
     if stated is None and derived is not None and "epsilon" not in derived:
         pass  # a bundle made before the card named its relation claimed add/remove-one, which holds
     elif not (isinstance(stated, dict) and derived is not None and stated.keys() == derived.keys()

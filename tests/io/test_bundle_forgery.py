@@ -239,6 +239,21 @@ def test_where_group_privacy_leaves_delta_at_1_over_n_or_more_no_guarantee_is_cl
     assert main(["release", "show", str(made["bundle"]), "--key-fingerprint", made["fingerprint"]]) == 0
     assert "no meaningful guarantee" in capsys.readouterr().out
 
+    def claims_dp(manifest):  # the guarantee rewritten to claim DP there (card and manifest alike)
+        claim = f"DP end to end: (epsilon {2 * made['total']['epsilon_prv']:.3g}, delta 0.025)"
+        manifest["guarantee"] = manifest["card"]["privacy"]["guarantee"] = claim
+    _forge(made["bundle"], claims_dp, Ed25519PrivateKey.generate())
+    assert _has(_problems(made), "claims DP where its relation holds no meaningful guarantee")
+
+    def old_card(manifest):  # a card written before 55.4: replace-one at a delta of 1/n or more, no "meaningful"
+        eps = made["total"]["epsilon_prv"]
+        manifest["card"]["privacy"]["neighbours"] = {k: v for k, v in n.items() if k != "meaningful"} | {
+            "epsilon": 2 * eps, "delta": 0.025}
+    _forge(made["bundle"], old_card, Ed25519PrivateKey.generate())
+    problems = _problems(made)
+    assert _has(problems, "written before privehr stopped claiming one there")
+    assert not _has(problems, "neighbouring relation is not the one")  # said once
+
 
 @pytest.mark.parametrize("damage, words", [
     ("not_a_directory", "is not a directory; give the release/ folder"),

@@ -224,3 +224,25 @@ def test_a_saved_config_with_synthesis_validates_again(tmp_path, monkeypatch):
     again = PipelineConfig.model_validate(saved)
     assert again.synthesis.path == config.synthesis.path
     assert again.synthesis.privacy.ledger_path == again.privacy.ledger_path == config.privacy.ledger_path
+
+
+def test_grid_reservations_give_each_task_its_own_by_type_not_by_a_keys_prefix():
+    """The budget check's reservations, as the pipeline hands them out: a cell's search trials (and their DP dev
+    scores) to its search, a group's final fits in order to its fit task; a cell whose id is another's prefix
+    (eps1, eps10) takes nothing of the other's (once a string-prefix filter)."""
+    from privehr.models.privacy.release_plan import Reserved
+    from privehr.tasks.release_budget import GridReservations, evaluation_key
+    from privehr.tasks.train import fit_key, search_score_key, trial_key
+
+    training = TrainingConfig(search_budget=2, tuning="dp", methods=["dp_sgd"], dp_sgd={"epsilons": [1.0, 10.0]})
+    one, ten = [c for c in grid(training, ["mort_icu"]) if c.model == "logistic_regression"]
+    assert ten.cell_id.startswith(one.cell_id)  # the case a prefix got wrong
+    keys = [trial_key(c, k) for c in (one, ten) for k in range(2)] + [search_score_key(c, k) for c in (one, ten)
+                                                                     for k in range(2)]
+    keys += [fit_key(one, 0), fit_key(ten, 0), evaluation_key(one)]
+    reserved = GridReservations({k: Reserved(f"r/{k}") for k in keys}, [one, ten], training)
+    assert set(reserved.search(one)) == {trial_key(one, 0), trial_key(one, 1), search_score_key(one, 0),
+                                         search_score_key(one, 1)}
+    assert set(reserved.search(ten)).isdisjoint(reserved.search(one))
+    assert reserved.fits([one, ten], [(1, 0), (0, 0), (0, 1)]) == [reserved[fit_key(ten, 0)], reserved[fit_key(one, 0)],
+                                                                    None]  # seed 1: made by an earlier attempt

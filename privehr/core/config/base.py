@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from privehr.core.registry import NAME_PATTERN
+
 __all__ = ["AuditedMethod", "DPSGDClipping", "FineGrainedClipping", "Label", "Loss", "Method", "Model", "PositiveFloat",
            "RunId", "RUN_ID_PATTERN", "BUILTIN_METHODS"]
 
@@ -17,7 +19,7 @@ Model = Literal["logistic_regression", "grud"]
 # another is all it takes (this bottom layer cannot import the registry, which refuses a name it does not hold in one
 # line, before anything is read). The ones privehr ships, for the schema and the docs:
 BUILTIN_METHODS = ("non_private", "dp_sgd", "expm_nf", "dp_expm_nf")
-Method = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$", json_schema_extra={"examples": list(BUILTIN_METHODS)})]
+Method = Annotated[str, Field(pattern=NAME_PATTERN, json_schema_extra={"examples": list(BUILTIN_METHODS)})]
 AuditedMethod = Method
 Loss = Literal["bce", "l2"]
 # per-sample clipping of DP-SGD (privehr.models.dpsgd.trainer) and of DP-HFlow's fine-grained modes

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from privehr.core.config.base import _moved, _resume_needs_run_id, _Strict, FineGrainedClipping, PositiveFloat, RunId
 from privehr.core.config.privacy import _ledger_beside_runs, PrivacyConfig
+from privehr.core.registry import NAME_PATTERN
 
 __all__ = ["default_synthesizers",
            "Budget", "DPNFConfig", "EHRPrepareConfig", "HFlowConfig", "MarginalConfig",
@@ -116,7 +117,7 @@ class MarginalConfig(_Strict):
 # A synthesizer is one registered class in privehr.models.synthesis, found by its name: a module that registers
 # another is all it takes (the registry refuses a name it does not hold, in one line). The ones privehr ships:
 BUILTIN_SYNTHESIZERS = ("maf", "hflow", "aim", "mst", "aim_dyadic")
-Synthesizer = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$",
+Synthesizer = Annotated[str, Field(pattern=NAME_PATTERN,
                                    json_schema_extra={"examples": list(BUILTIN_SYNTHESIZERS)})]
 
 

@@ -119,8 +119,13 @@ def test_a_stacked_group_refuses_layers_without_a_stacked_rule_and_differing_buf
     with pytest.raises(ValueError, match="has no stacked layer"):
         stack_models([masked, masked])
     other = GRUD(4, 6, x_mean=torch.ones(4))
-    with pytest.raises(ValueError, match="buffer 'x_mean' differs"):
+    with pytest.raises(ValueError, match="'x_mean' .a buffer or frozen parameter. differs"):
         stack_models([GRUD(4, 6), other])
+    frozen = [LogisticRegression(16), LogisticRegression(16)]  # a frozen weight is read from the first member alone
+    for m in frozen:
+        m.requires_grad_(False)
+    with pytest.raises(ValueError, match="frozen parameter"):
+        stack_models(frozen)
 
 
 def test_a_padded_row_adds_nothing_and_a_member_with_an_empty_batch_still_takes_its_noised_step(plans):
